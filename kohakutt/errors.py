@@ -1,0 +1,57 @@
+"""The error types. Every error says what was wrong and what to do next, and leaves the device usable."""
+
+from __future__ import annotations
+
+
+class KohakuTTError(RuntimeError):
+    """Base of every Kohaku-TT error."""
+
+
+class ConfigError(KohakuTTError, ValueError):
+    """A ``KTT_*`` knob or an argument has a value that cannot be used."""
+
+
+class FormatError(KohakuTTError, ValueError):
+    """An unknown data format or layout, or data that does not fit the one named."""
+
+
+class DeviceError(KohakuTTError):
+    """A device cannot be opened, is closed, or was used in a way its state does not allow."""
+
+
+class BackendUnavailable(DeviceError):
+    """The requested backend cannot run here (no card, no TT-NN); the message says why."""
+
+
+class OutOfMemoryError(KohakuTTError, MemoryError):
+    """An allocation does not fit; the message names the request and the allocator's statistics."""
+
+
+class BufferUseError(KohakuTTError):
+    """A buffer was used after it was freed, or with a size, layout or format it does not have."""
+
+
+class CommandError(KohakuTTError):
+    """A queued command failed; raised at the next synchronizing call, naming the command."""
+
+    def __init__(self, command: str, cause: BaseException):
+        self.command = command
+        self.cause = cause
+        super().__init__(f"queued command {command!r} failed: {type(cause).__name__}: {cause}")
+
+
+class TraceError(KohakuTTError):
+    """A trace was misused: captured twice, replayed with buffers that do not match, or used after release."""
+
+
+class ProgramError(KohakuTTError):
+    """A program breaks a rule of the hardware (circular buffers, L1 size, kernel arguments)."""
+
+
+class KohakuTTUnsupportedOperator(KohakuTTError, NotImplementedError):
+    """An op has no implementation on the device; the message says how to opt in to the CPU fallback."""
+
+
+class DtypeError(KohakuTTError, TypeError):
+    """A dtype the card cannot hold, under a policy that says to raise."""
+

@@ -1,0 +1,114 @@
+"""Formats, layouts and memory kinds of device buffers, and the sizes they imply."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from enum import Enum
+
+from kohakutt.errors import FormatError
+
+TILE = 32
+FACE = 16
+
+
+class Format(str, Enum):
+    """A buffer's data format, in TT-NN's names."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+    BFLOAT8_B = "bfloat8_b"
+    BFLOAT4_B = "bfloat4_b"
+    INT32 = "int32"
+    UINT32 = "uint32"
+    UINT16 = "uint16"
+    UINT8 = "uint8"
+
+    @classmethod
+    def of(cls, value: Format | str) -> Format:
+        try:
+            return cls(value)
+        except ValueError:
+            raise FormatError(
+                f"unknown format {value!r}; use one of {', '.join(f.value for f in cls)}"
+            ) from None
+
+    @property
+    def is_block(self) -> bool:
+        return self in (Format.BFLOAT8_B, Format.BFLOAT4_B)
+
+    @property
+    def is_float(self) -> bool:
+        return self in (Format.FLOAT32, Format.BFLOAT16, Format.BFLOAT8_B, Format.BFLOAT4_B)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element in row-major layout (block formats have none: they exist only as tiles)."""
+        if self.is_block:
+            raise FormatError(f"{self.value} has no row-major form: it is stored only in tile layout")
+        return _ITEMSIZE[self]
+
+    @property
+    def tile_bytes(self) -> int:
+        """Bytes of one 32 x 32 tile in this format (block floats: shared exponents, then mantissas)."""
+        return _TILE_BYTES[self]
+
+
+_ITEMSIZE = {Format.FLOAT32: 4, Format.BFLOAT16: 2, Format.INT32: 4, Format.UINT32: 4, Format.UINT16: 2, Format.UINT8: 1}
+_TILE_BYTES = {f: TILE * TILE * s for f, s in _ITEMSIZE.items()} | {Format.BFLOAT8_B: 1088, Format.BFLOAT4_B: 576}
+
+
+class Layout(str, Enum):
+    ROW_MAJOR = "row_major"
+    TILE = "tile"
+
+    @classmethod
+    def of(cls, value: Layout | str) -> Layout:
+        try:
+            return cls(value)
+        except ValueError:
+            raise FormatError(f"unknown layout {value!r}; use 'row_major' or 'tile'") from None
+
+
+class MemoryKind(str, Enum):
+    DRAM = "dram"
+    L1 = "l1"
+
+    @classmethod
+    def of(cls, value: MemoryKind | str) -> MemoryKind:
+        try:
+            return cls(value)
+        except ValueError:
+            raise FormatError(f"unknown memory kind {value!r}; use 'dram' or 'l1'") from None
+
+
+def padded_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """The shape a tensor takes in tile layout: the last two dims rounded up to 32; a 1-D tensor is one tile row."""
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise FormatError(f"shape {shape} has a negative size")
+    if len(shape) == 0:
+        shape = (1, 1)
+    elif len(shape) == 1:
+        shape = (1, shape[0])
+    return (*shape[:-2], _round_up(shape[-2], TILE), _round_up(shape[-1], TILE))
+
+
+def tile_count(shape: Sequence[int]) -> int:
+    """How many 32 x 32 tiles a tensor of ``shape`` occupies in tile layout."""
+    p = padded_shape(shape)
+    return math.prod(p[:-2]) * (p[-2] // TILE) * (p[-1] // TILE)
+
+
+def nbytes(shape: Sequence[int], fmt: Format | str, layout: Layout | str) -> int:
+    """Bytes a tensor of ``shape`` takes in ``fmt`` and ``layout``."""
+    fmt, layout = Format.of(fmt), Layout.of(layout)
+    if layout is Layout.TILE:
+        return tile_count(shape) * fmt.tile_bytes
+    if any(int(s) < 0 for s in shape):
+        raise FormatError(f"shape {tuple(shape)} has a negative size")
+    return math.prod(int(s) for s in shape) * fmt.itemsize
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m

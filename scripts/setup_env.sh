@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Creates (or reuses) the project's virtual environment and installs the package into it.
+# torch is pinned to the CPU build 2.13.0 unless a torch in [2.13, 2.16) is already there:
+# an unpinned torch would pull a multi-GB CUDA build.
+set -euo pipefail
+venv=${1:-.venv}
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+
+pick_python() {
+  for c in "${KTT_PYTHON:-}" python3.11 python3.12 python3.13 python3; do
+    [ -n "$c" ] || continue
+    if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] < (3, 14))' 2>/dev/null; then
+      echo "$c"; return 0
+    fi
+  done
+  for c in "$HOME"/.pyenv/versions/3.1[123]*/bin/python3; do
+    [ -x "$c" ] && { echo "$c"; return 0; }
+  done
+  echo "no Python 3.11-3.13 found: install one, or point KTT_PYTHON at it" >&2
+  return 1
+}
+
+if [ ! -x "$venv/bin/python" ]; then
+  py=$(pick_python)
+  echo "setup: creating $venv with $py"
+  "$py" -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+if ! "$venv/bin/python" -c 'import torch, sys; v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); sys.exit(not (2, 13) <= v < (2, 16))' 2>/dev/null; then
+  echo "setup: installing torch==2.13.0 (CPU build)"
+  "${pip[@]}" install "torch==2.13.0"
+fi
+echo "setup: installing kohakutt and its dev and tinygrad extras"
+"${pip[@]}" install -e ".[dev,tinygrad]"
