@@ -1,0 +1,115 @@
+"""Traces: a command list recorded once on a stream and replayed as one unit, possibly over other buffers.
+
+While a stream captures, its commands are recorded, not run. Buffers allocated during the capture belong to the
+trace and live until it is released; frees during the capture are deferred to the release too, since the replay
+still uses those buffers. Host reads and writes cannot be captured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from kohakutt.errors import TraceError
+from kohakutt.hal.stream import Command
+
+if TYPE_CHECKING:
+    from kohakutt.hal.buffer import Buffer
+    from kohakutt.hal.device import Device
+    from kohakutt.hal.stream import Stream
+
+
+class Trace:
+    """A recorded command list. Replay with :meth:`replay`; free its buffers with :meth:`release`."""
+
+    def __init__(self, device: Device, name: str = "trace"):
+        self.device = device
+        self.name = name
+        self.commands: list[Command] = []
+        self.owned: list[Buffer] = []  # allocated while capturing
+        self.deferred_frees: list[Buffer] = []
+        self._ended = False
+        self._released = False
+
+    def _record(self, cmd: Command) -> None:
+        self.commands.append(cmd)
+
+    @property
+    def buffers(self) -> list[Buffer]:
+        """Every buffer a recorded command uses, in first-use order."""
+        seen: dict[int, Buffer] = {}
+        for cmd in self.commands:
+            for b in cmd.buffers:
+                seen.setdefault(b.id, b)
+        return list(seen.values())
+
+    @property
+    def inputs(self) -> list[Buffer]:
+        """The buffers the trace uses but did not allocate: the ones a replay may bind to others."""
+        owned = {b.id for b in self.owned}
+        return [b for b in self.buffers if b.id not in owned]
+
+    @property
+    def estimate_ns(self) -> float:
+        return sum(c.estimate_ns for c in self.commands)
+
+    def replay(self, bindings: Mapping[Buffer, Buffer] | None = None, *, stream: Stream | None = None,
+               blocking: bool = False) -> None:
+        """Queue the whole recorded list as one command; ``bindings`` maps captured buffers to stand-ins."""
+        if self._released:
+            raise TraceError(f"trace {self.name!r} was released; capture it again")
+        if not self._ended:
+            raise TraceError(f"trace {self.name!r} is still capturing; end the capture before replaying it")
+        swap = self._check_bindings(bindings or {})
+        for b in self.buffers:
+            if b.id not in swap:
+                b.check_live(f"replaying trace {self.name!r}")
+        plan = [(c, tuple(swap.get(b.id, b) for b in c.buffers)) for c in self.commands]
+
+        def run_all() -> None:
+            for cmd, bufs in plan:
+                try:
+                    cmd.execute(bufs)
+                except BaseException as e:
+                    raise TraceError(f"command {cmd.name!r} inside trace {self.name!r} failed: {e}") from e
+
+        s = stream or self.device.default_stream
+        s.enqueue(Command(f"trace:{self.name}", run_all, (), {}, self.estimate_ns))
+        if blocking:
+            s.synchronize()
+
+    def _check_bindings(self, bindings: Mapping[Buffer, Buffer]) -> dict[int, Buffer]:
+        inputs = {b.id: b for b in self.inputs}
+        owned = {b.id for b in self.owned}
+        swap: dict[int, Buffer] = {}
+        for old, new in bindings.items():
+            if old.id in owned:
+                raise TraceError(f"buffer {old.id} was allocated by trace {self.name!r}; only its inputs can be "
+                                 f"rebound ({sorted(inputs)})")
+            if old.id not in inputs:
+                raise TraceError(f"buffer {old.id} is not used by trace {self.name!r}; its inputs are "
+                                 f"{sorted(inputs)}")
+            if not old.same_kind_as(new):
+                raise TraceError(f"cannot replay trace {self.name!r} with {new!r} in place of {old!r}: size, memory "
+                                 "kind, layout, format and page size must all match")
+            if new.device is not self.device:
+                raise TraceError(f"{new!r} is on another device than trace {self.name!r}")
+            new.check_live(f"binding a buffer for trace {self.name!r}")
+            swap[old.id] = new
+        return swap
+
+    def release(self) -> None:
+        """Free the buffers the trace owns and the frees it deferred. The trace cannot be replayed after this."""
+        if self._released:
+            return
+        self._released = True
+        self.device.synchronize()
+        for b in self.owned + self.deferred_frees:
+            b.trace = None
+            if b.is_live:
+                self.device.free(b)
+        self.owned, self.deferred_frees, self.commands = [], [], []
+
+    def __repr__(self) -> str:
+        return (f"Trace({self.name!r}, {len(self.commands)} commands, {len(self.owned)} owned buffers, "
+                f"{'released' if self._released else 'ready' if self._ended else 'capturing'})")

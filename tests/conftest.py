@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+import pytest
+
+from kohakutt import config
+
+
+@pytest.fixture
+def knobs(monkeypatch):
+    """Set KTT_* knobs for one test: ``knobs(KTT_L1_BUDGET="64K")``; restored after."""
+
+    def set_knobs(**values):
+        for k, v in values.items():
+            monkeypatch.setenv(k, str(v))
+        config.reload()
+
+    yield set_knobs
+    monkeypatch.undo()
+    config.reload()
