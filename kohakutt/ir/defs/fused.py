@@ -1,0 +1,1 @@
+"""IR ops of the fused family."""

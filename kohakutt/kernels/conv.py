@@ -1,0 +1,1 @@
+"""The conv family on each backend."""

@@ -1,0 +1,1 @@
+"""The elementwise family on each backend."""

@@ -1,0 +1,1 @@
+"""The fused family on each backend."""

@@ -1,0 +1,1 @@
+"""The matmul family on each backend."""

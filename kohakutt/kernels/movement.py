@@ -1,0 +1,1 @@
+"""The movement family on each backend."""

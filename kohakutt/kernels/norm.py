@@ -1,0 +1,1 @@
+"""The norm family on each backend."""

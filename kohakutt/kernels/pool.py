@@ -1,0 +1,1 @@
+"""The pool family on each backend."""

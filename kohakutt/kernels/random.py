@@ -1,0 +1,1 @@
+"""The random family on each backend."""

@@ -1,0 +1,1 @@
+"""The reduce family on each backend."""

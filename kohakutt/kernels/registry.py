@@ -1,0 +1,114 @@
+"""One implementation per op per backend, found by lookup, never by if-chains over op names.
+
+An implementation has a provider: ``"ttnn"`` (TT-NN's kernel: on the sim, a model of what TT-NN's kernel computes;
+on a card, the TT-NN call) or ``"ktt"`` (Kohaku-TT's own Metalium program). ``KTT_CUSTOM_KERNELS`` says which
+provider wins where both exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kohakutt import config
+from kohakutt.errors import KohakuTTError
+from kohakutt.hal.card import CardSpec
+from kohakutt.ir.numerics import Numerics
+from kohakutt.ir.ops import Spec, TensorSpec
+
+PROVIDERS = ("ttnn", "ktt")
+
+
+@dataclass
+class SimCall:
+    """What a simulated kernel is given: input values, attributes, numerics and the output specs."""
+
+    op: str
+    inputs: list[Any]  # NumPy arrays (float formats as float32 holding stored values) or Python numbers
+    in_specs: list[Spec]
+    attrs: dict[str, Any]
+    numerics: Numerics
+    out_specs: list[TensorSpec]
+    seed: tuple[int, int] = (0, 0)  # (device seed, offset) for random ops
+
+    def rng(self) -> np.random.Generator:
+        """A counter-based generator fixed by the device seed and this op's offset."""
+        return np.random.Generator(np.random.Philox(key=self.seed[0], counter=self.seed[1]))
+
+
+Estimate = Callable[[list[Spec], list[TensorSpec], dict[str, Any], Numerics, CardSpec], float]
+
+
+@dataclass
+class Impl:
+    op: str
+    backend: str
+    provider: str
+    fn: Callable[..., Any]
+    estimate: Estimate | None = None
+    program: Callable[..., Any] | None = None  # the own kernel's hal program builder, where there is one
+    random: bool = False  # draws from the device's random stream
+
+    def __repr__(self) -> str:
+        return f"Impl({self.op}, {self.backend}, {self.provider})"
+
+
+IMPLS: dict[tuple[str, str, str], Impl] = {}
+
+
+def register(op: str, backend: str, provider: str = "ttnn", *, estimate: Estimate | None = None,
+             program: Callable[..., Any] | None = None, random: bool = False) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn`` implements IR op ``op`` on ``backend`` for ``provider``."""
+    if provider not in PROVIDERS:
+        raise KohakuTTError(f"unknown provider {provider!r}; use one of {PROVIDERS}")
+
+    def deco(fn: Callable) -> Callable:
+        key = (op, backend, provider)
+        if key in IMPLS:
+            raise KohakuTTError(f"{op} has two {provider} implementations on {backend}")
+        IMPLS[key] = Impl(op, backend, provider, fn, estimate, program, random)
+        return fn
+
+    return deco
+
+
+def sim(op: str, provider: str = "ttnn", **kw: Any) -> Callable[[Callable], Callable]:
+    """Decorator for a simulator implementation ``fn(call: SimCall) -> array | list of arrays``."""
+    return register(op, "sim", provider, **kw)
+
+
+def ttnn(op: str, provider: str = "ttnn", **kw: Any) -> Callable[[Callable], Callable]:
+    """Decorator for a real-card implementation ``fn(ttnn, inputs, attrs, numerics, out_specs)``."""
+    return register(op, "ttnn", provider, **kw)
+
+
+def lookup(op: str, backend: str, provider: str | None = None) -> Impl | None:
+    """The implementation to run ``op`` with on ``backend``: the own kernel when ``KTT_CUSTOM_KERNELS=1`` and one
+    exists, else TT-NN's; or exactly ``provider``'s when given."""
+    _load()
+    if provider is not None:
+        return IMPLS.get((op, backend, provider))
+    order = ("ktt", "ttnn") if config.get("KTT_CUSTOM_KERNELS") else ("ttnn", "ktt")
+    for p in order:
+        impl = IMPLS.get((op, backend, p))
+        if impl is not None:
+            return impl
+    return None
+
+
+def providers(op: str, backend: str) -> list[str]:
+    _load()
+    return [p for p in PROVIDERS if (op, backend, p) in IMPLS]
+
+
+_loaded = False
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        import kohakutt.kernels.families  # noqa: F401  (each family registers its implementations at import)
