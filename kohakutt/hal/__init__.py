@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.card import P150A, CardSpec
@@ -24,10 +24,8 @@ def profile() -> Iterator[Profile]:
         yield prof
     finally:
         for dev in open_devices():
-            try:
+            with suppress(Exception):  # the error surfaces at the user's next synchronizing call
                 dev.synchronize()
-            except Exception:
-                pass  # the error surfaces at the user's next synchronizing call
         PROFILER.stop()
         prof.records = PROFILER.records[start:]
         if not PROFILER.active:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import atexit
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,8 @@ from kohakutt.hal.allocator import Allocator
 from kohakutt.hal.backends.base import Backend
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.card import P150A, CardSpec
-from kohakutt.hal.layout import Format, Layout, MemoryKind, nbytes as layout_nbytes
+from kohakutt.hal.layout import Format, Layout, MemoryKind
+from kohakutt.hal.layout import nbytes as layout_nbytes
 from kohakutt.hal.profiler import Profiler
 from kohakutt.hal.stream import Command, Stream
 from kohakutt.hal.trace import Trace
@@ -415,7 +416,5 @@ def _to_row_major_bytes(array: np.ndarray, fmt: Format) -> np.ndarray:
 def _close_all() -> None:
     for dev in open_devices():
         dev._refs = 1
-        try:
+        with suppress(Exception):  # an error queued before exit has no one left to report to
             dev.close()
-        except Exception:
-            pass  # an error queued before exit has no one left to report to

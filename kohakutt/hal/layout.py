@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from enum import Enum
+from enum import StrEnum
 
 from kohakutt.errors import FormatError
 
@@ -12,7 +12,7 @@ TILE = 32
 FACE = 16
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     """A buffer's data format, in TT-NN's names."""
 
     FLOAT32 = "float32"
@@ -54,11 +54,13 @@ class Format(str, Enum):
         return _TILE_BYTES[self]
 
 
-_ITEMSIZE = {Format.FLOAT32: 4, Format.BFLOAT16: 2, Format.INT32: 4, Format.UINT32: 4, Format.UINT16: 2, Format.UINT8: 1}
+_ITEMSIZE = {
+    Format.FLOAT32: 4, Format.BFLOAT16: 2, Format.INT32: 4, Format.UINT32: 4, Format.UINT16: 2, Format.UINT8: 1,
+}
 _TILE_BYTES = {f: TILE * TILE * s for f, s in _ITEMSIZE.items()} | {Format.BFLOAT8_B: 1088, Format.BFLOAT4_B: 576}
 
 
-class Layout(str, Enum):
+class Layout(StrEnum):
     ROW_MAJOR = "row_major"
     TILE = "tile"
 
@@ -70,7 +72,7 @@ class Layout(str, Enum):
             raise FormatError(f"unknown layout {value!r}; use 'row_major' or 'tile'") from None
 
 
-class MemoryKind(str, Enum):
+class MemoryKind(StrEnum):
     DRAM = "dram"
     L1 = "l1"
 

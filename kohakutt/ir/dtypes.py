@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 
@@ -10,7 +10,7 @@ from kohakutt.errors import DtypeError
 from kohakutt.hal.layout import Format
 
 
-class DType(str, Enum):
+class DType(StrEnum):
     FLOAT32 = "float32"
     BFLOAT16 = "bfloat16"
     BFLOAT8_B = "bfloat8_b"

@@ -110,6 +110,7 @@ def define(name: str, family: str, inputs: Sequence[str], infer: Infer, *, attrs
            numerics: Numerics | None = None, decomposition: Callable[..., Any] | None = None, doc: str = "",
            outputs: int = 1) -> OpDef:
     """Register an IR op. Defining the same name twice is an error (one definition per op)."""
+    _load_defs()
     if name in OPS:
         raise KohakuTTError(f"IR op {name!r} is defined twice (in family {OPS[name].family!r} and {family!r})")
     op = OpDef(name, family, tuple(inputs), dict(attrs or {}), infer, numerics or Numerics(), decomposition, doc,

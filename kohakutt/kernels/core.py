@@ -22,5 +22,6 @@ def typecast(call: SimCall) -> np.ndarray:
         return x.astype(np.float32) if to.is_float else x != 0
     if np.issubdtype(x.dtype, np.floating):
         lo, hi = np.iinfo(to.compute).min, np.iinfo(to.compute).max
-        x = np.clip(np.nan_to_num(np.trunc(x), nan=0.0), lo, hi)  # the card saturates; NaN packs as 0
+        # the card saturates, and NaN packs as 0
+        x = np.clip(np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0), lo, hi)
     return x.astype(to.compute)

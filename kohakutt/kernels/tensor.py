@@ -135,7 +135,7 @@ def decode(t: DeviceTensor, raw: np.ndarray) -> np.ndarray:
 
 
 def store(t: DeviceTensor, raw: np.ndarray, values: np.ndarray) -> None:
-    """Write ``values`` into view ``t`` of the buffer bytes ``raw``, converting to the view's dtype as the packer does."""
+    """Write ``values`` into view ``t`` of the buffer bytes ``raw``, converted to its dtype as the packer does."""
     spec = t.spec
     values = np.asarray(values)
     if values.shape != spec.shape:
