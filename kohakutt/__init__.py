@@ -18,11 +18,25 @@ from kohakutt.errors import (
     ProgramError,
     TraceError,
 )
+from kohakutt.hal import profile
+from kohakutt.ir.numerics import Fidelity, numerics
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackendUnavailable", "CommandError", "ConfigError", "DeviceError", "DtypeError", "FormatError",
-    "KohakuTTError", "KohakuTTUnsupportedOperator", "OutOfMemoryError", "ProgramError", "TraceError",
+    "BackendUnavailable",
+    "CommandError",
+    "ConfigError",
+    "DeviceError",
+    "DtypeError",
+    "Fidelity",
+    "FormatError",
+    "KohakuTTError",
+    "KohakuTTUnsupportedOperator",
+    "OutOfMemoryError",
+    "ProgramError",
+    "TraceError",
     "__version__",
+    "numerics",
+    "profile",
 ]

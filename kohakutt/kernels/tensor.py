@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kohakutt.errors import FormatError
+from kohakutt.errors import DtypeError, FormatError
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.device import Device
 from kohakutt.hal.layout import Layout
@@ -20,7 +20,8 @@ from kohakutt.ir.dtypes import DType
 from kohakutt.ir.dtypes import from_numpy as dtype_of
 from kohakutt.ir.ops import TensorSpec
 
-_STORAGE = {DType.FLOAT32: np.float32, DType.BFLOAT16: np.uint16, DType.INT32: np.int32, DType.UINT32: np.uint32,
+_STORAGE = {DType.FLOAT32: np.float32, DType.BFLOAT16: np.uint16, DType.INT32: np.int32, DType.INT64: np.int64,
+            DType.UINT32: np.uint32,
             DType.UINT16: np.uint16, DType.UINT8: np.uint8, DType.BOOL: np.bool_}
 
 
@@ -70,8 +71,11 @@ class DeviceTensor:
 
 def empty(device: Device, spec: TensorSpec) -> DeviceTensor:
     """A new contiguous tensor of ``spec`` (its values are whatever the buffer held: zeros on the sim)."""
-    fmt = spec.dtype.format
-    buf = device.allocate(shape=spec.shape, fmt=fmt, layout=spec.layout)
+    if spec.dtype is DType.INT64:  # no buffer format of its own: raw bytes, 8 per element
+        if spec.layout is Layout.TILE:
+            raise FormatError("int64 tensors exist only in row-major layout (the card has no int64 tiles)")
+        return DeviceTensor(device.allocate(spec.numel * 8), spec)
+    buf = device.allocate(shape=spec.shape, fmt=spec.dtype.format, layout=spec.layout)
     return DeviceTensor(buf, spec)
 
 
@@ -101,6 +105,8 @@ def encode(spec: TensorSpec, values: np.ndarray) -> np.ndarray:
 
     values = np.broadcast_to(np.asarray(values), spec.shape)
     if spec.layout is Layout.TILE:
+        if spec.dtype is DType.INT64:
+            raise FormatError("int64 tensors exist only in row-major layout (the card has no int64 tiles)")
         if spec.dtype is DType.BOOL:
             values = values.astype(np.uint8)
         elif spec.dtype.is_float:
@@ -131,7 +137,17 @@ def decode(t: DeviceTensor, raw: np.ndarray) -> np.ndarray:
         view = np.lib.stride_tricks.as_strided(flat[t.offset :], spec.shape, tuple(s * st.itemsize for s in t.strides))
     if spec.dtype is DType.BFLOAT16:
         return formats.from_bfloat16(np.ascontiguousarray(view))
+    if spec.dtype is DType.INT64:
+        return _int64_to_card(view)
     return np.array(view, copy=True)
+
+
+def _int64_to_card(values: np.ndarray) -> np.ndarray:
+    """int64 storage as the card computes it: int32, refusing values that do not fit."""
+    if values.size and (values.min() < -(2**31) or values.max() >= 2**31):
+        raise DtypeError(f"an int64 tensor holds {values.min()}..{values.max()}, outside int32: the card computes "
+                         "integers in 32 bits; keep such values on the host")
+    return values.astype(np.int32)
 
 
 def store(t: DeviceTensor, raw: np.ndarray, values: np.ndarray) -> None:
