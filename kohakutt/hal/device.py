@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import atexit
+import bisect
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -116,6 +117,11 @@ class Device:
         self.default_stream = self.new_stream("default")
         self._live: dict[int, Buffer] = {}
         self._current = threading.local()
+        # Each buffer gets a stable address of its own: what frontends hand out as a data pointer.
+        self._next_address = (chip_id + 1) << 48
+        self._starts: list[int] = []  # sorted addresses of live buffers, for interior-pointer lookups
+        self._at: dict[int, Buffer] = {}
+        self._addr_lock = threading.Lock()  # not the module lock: close() holds that while the worker frees
 
     # ---------------------------------------------------------------------------------------------- lifetime
     @property
@@ -234,6 +240,12 @@ class Device:
             self.allocator.release(alloc)
             raise
         self._live[buf.id] = buf
+        if nbytes:
+            with self._addr_lock:
+                buf.data_ptr = self._next_address
+                self._next_address += -(-nbytes // 4096) * 4096 + 4096  # a gap keeps neighbours apart
+                self._starts.append(buf.data_ptr)  # addresses only grow: the list stays sorted
+                self._at[buf.data_ptr] = buf
         trace = self.current_stream.capturing
         if trace is not None:
             buf.trace = trace
@@ -261,10 +273,26 @@ class Device:
             return
         buf._state = "freed"
         self._live.pop(buf.id, None)
+        if buf.data_ptr:
+            with self._addr_lock:
+                self._at.pop(buf.data_ptr, None)
+                i = bisect.bisect_left(self._starts, buf.data_ptr)
+                if i < len(self._starts) and self._starts[i] == buf.data_ptr:
+                    self._starts.pop(i)
         try:
             self.backend.destroy(buf)
         finally:
             self.allocator.release(buf._alloc)
+
+    def buffer_at(self, ptr: int) -> tuple[Buffer, int]:
+        """The live buffer whose bytes contain address ``ptr``, and the byte offset of ``ptr`` in it."""
+        with self._addr_lock:
+            i = bisect.bisect_right(self._starts, ptr) - 1
+            if i >= 0:
+                buf = self._at[self._starts[i]]
+                if ptr < buf.data_ptr + buf.nbytes:
+                    return buf, ptr - buf.data_ptr
+        raise BufferUseError(f"address {ptr:#x} is not inside a live buffer of chip {self.chip_id}")
 
     def _no_capture(self, use: str, stream: Stream) -> None:
         if stream.capturing is not None:

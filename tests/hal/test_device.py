@@ -175,3 +175,17 @@ def test_device_copy(dev):
     b = dev.allocate(shape=(256,), fmt="int32")
     dev.copy(a, b, src_offset=16, dst_offset=0, nbytes=64)
     assert np.array_equal(dev.read(b, 0, 64).view(np.int32), np.arange(4, 20))
+
+
+def test_buffers_have_distinct_addresses_and_interior_lookups(dev):
+    a, b = dev.allocate(100), dev.allocate(5000)
+    assert a.data_ptr and b.data_ptr > a.data_ptr + a.nbytes
+    assert dev.buffer_at(a.data_ptr) == (a, 0)
+    assert dev.buffer_at(b.data_ptr + 4999) == (b, 4999)
+    with pytest.raises(BufferUseError, match="not inside a live buffer"):
+        dev.buffer_at(a.data_ptr + 100)
+    assert dev.allocate(0).data_ptr == 0
+    dev.free(a)
+    dev.synchronize()
+    with pytest.raises(BufferUseError):
+        dev.buffer_at(a.data_ptr)
