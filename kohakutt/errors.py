@@ -55,3 +55,7 @@ class KohakuTTUnsupportedOperator(KohakuTTError, NotImplementedError):
 class DtypeError(KohakuTTError, TypeError):
     """A dtype the card cannot hold, under a policy that says to raise."""
 
+
+
+class IndexOutOfRangeError(KohakuTTError, IndexError):
+    """An index operand points outside the tensor it indexes; the message names the op, the index and the size."""

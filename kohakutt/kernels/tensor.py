@@ -136,7 +136,7 @@ def decode(t: DeviceTensor, raw: np.ndarray) -> np.ndarray:
             raise FormatError(f"view {t} reaches past its buffer of {flat.size} elements")
         view = np.lib.stride_tricks.as_strided(flat[t.offset :], spec.shape, tuple(s * st.itemsize for s in t.strides))
     if spec.dtype is DType.BFLOAT16:
-        return formats.from_bfloat16(np.ascontiguousarray(view))
+        return formats.from_bfloat16(np.ascontiguousarray(view)).reshape(spec.shape)  # ascontiguousarray makes 0-d 1-d
     if spec.dtype is DType.INT64:
         return _int64_to_card(view)
     return np.array(view, copy=True)

@@ -1,1 +1,218 @@
-"""IR ops of the matmul family."""
+"""IR ops of the matmul family: matmul (PyTorch's broadcasting rules), bmm, linear, addmm, baddbmm and outer.
+
+Numerics (TT-NN 0.81.1's defaults, from tt-metal ``matmul_device_operation.cpp`` ``create_matmul_attributes``):
+without a program config TT-NN runs a matmul at HiFi2, at LoFi when both operands are block floats (bfloat8_b /
+bfloat4_b), at HiFi4 when both are float32; ``fp32_dest_acc_en`` is on exactly when the output is float32 and
+``packer_l1_acc`` when it is not; ``math_approx_mode`` is off. The family default therefore leaves fidelity and
+fp32_acc unset (``None``): :func:`matmul_numerics` fills them from the operand dtypes that way, and a
+``kohakutt.numerics(...)`` scope overrides either. The card's products are modelled by ``cardmath``: in0 in SrcB,
+in1 in SrcA (TF32 source registers, fidelity phases); an fp32 DST sums in fp32, a bf16 DST is modelled as rounding
+to bf16 once per K block of 64 values (two K tiles, TT-NN's default ``in0_block_w`` of 2; the card also rounds after
+each 16-wide MVMUL of each phase inside a block, so the simulated bf16-accumulation error is a lower bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kohakutt.errors import DtypeError
+from kohakutt.ir.dtypes import DType, promote
+from kohakutt.ir.numerics import Fidelity, Numerics
+from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, broadcast_shapes, define
+
+FAMILY = "matmul"
+MATMUL_DEFAULT = Numerics(None, None, False)  # fidelity / fp32_acc follow TT-NN's dtype rules: matmul_numerics()
+OUTER_DEFAULT = Numerics(Fidelity.HiFi4, None, False)  # ttnn.outer is an element-wise multiply
+
+NUMERICS_NOTE = (
+    "Numerics: TT-NN's matmul defaults by dtype (HiFi2; LoFi when both operands are block floats; HiFi4 when both "
+    "are float32; fp32 accumulation exactly when the output is float32), products as the FPU forms them at the "
+    "fidelity (in0 in SrcB, in1 in SrcA, float32 truncated to TF32), a bf16 DST rounded once per 64-value K block; "
+    "the result rounded to the output dtype as stored."
+)
+
+
+def matmul_numerics(num: Numerics, in_dtypes: Sequence[DType], out_dtype: DType) -> tuple[Fidelity, bool]:
+    """The fidelity and fp32 accumulation a matmul runs with: the scope's settings, else TT-NN's dtype defaults."""
+    fid = num.fidelity
+    if fid is None:
+        if all(d is DType.FLOAT32 for d in in_dtypes):
+            fid = Fidelity.HiFi4
+        elif all(d.is_block for d in in_dtypes):
+            fid = Fidelity.LoFi
+        else:
+            fid = Fidelity.HiFi2
+    acc = num.fp32_acc if num.fp32_acc is not None else out_dtype is DType.FLOAT32
+    return fid, bool(acc)
+
+
+def float_tensor(s: Spec, op: str, name: str) -> TensorSpec:
+    """``s`` as a float tensor spec, or a typed error saying what to pass instead."""
+    if not isinstance(s, TensorSpec):
+        raise ShapeError(f"{op}: {name} must be a tensor, not the Python number {s}")
+    if not s.dtype.is_float:
+        raise DtypeError(
+            f"{op}: {name} is {s.dtype.value}; the matrix engine takes float32, bfloat16, bfloat8_b or "
+            "bfloat4_b tensors (typecast it first)"
+        )
+    return s
+
+
+def matmul_shape(a: Sequence[int], b: Sequence[int], op: str = "matmul") -> tuple[int, ...]:
+    """The shape of ``a @ b`` under PyTorch's rules (1-D operands, broadcast batch dims)."""
+    if len(a) == 0 or len(b) == 0:
+        raise ShapeError(f"{op}: both operands need at least one dim, got shapes {tuple(a)} and {tuple(b)}")
+    a2 = (1, *a) if len(a) == 1 else tuple(a)
+    b2 = (*b, 1) if len(b) == 1 else tuple(b)
+    if a2[-1] != b2[-2]:
+        raise ShapeError(
+            f"{op}: shapes {tuple(a)} and {tuple(b)} cannot be multiplied: a has {a2[-1]} columns, b has {b2[-2]} rows"
+        )
+    batch = broadcast_shapes(a2[:-2], b2[:-2])
+    return (*batch, *(() if len(a) == 1 else (a2[-2],)), *(() if len(b) == 1 else (b2[-1],)))
+
+
+def broadcasts_to(shape: Sequence[int], target: Sequence[int]) -> bool:
+    try:
+        return broadcast_shapes(shape, target) == tuple(target)
+    except ShapeError:
+        return False
+
+
+def _out(shape: tuple[int, ...], *specs: TensorSpec) -> list[TensorSpec]:
+    return [TensorSpec(shape, promote(*(s.dtype for s in specs)), specs[0].layout)]
+
+
+def _matmul(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    a, b = (float_tensor(s, "matmul", n) for s, n in zip(inputs, "ab"))
+    return _out(matmul_shape(a.shape, b.shape), a, b)
+
+
+def _bmm(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    a, b = (float_tensor(s, "bmm", n) for s, n in zip(inputs, "ab"))
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0]:
+        raise ShapeError(
+            f"bmm takes two 3-D tensors with the same batch, got {a.shape} and {b.shape}; use matmul for broadcasting"
+        )
+    return _out(matmul_shape(a.shape, b.shape, "bmm"), a, b)
+
+
+def linear_shapes(x: Sequence[int], w: Sequence[int], transpose_w: bool) -> tuple[tuple[int, ...], int, int]:
+    """(output shape, in features, out features) of ``linear``; a typed error when they do not fit."""
+    if len(w) != 2:
+        raise ShapeError(f"linear: the weight must be 2-D (out_features, in_features), got shape {tuple(w)}")
+    if len(x) == 0:
+        raise ShapeError("linear: the input needs at least one dim (..., in_features)")
+    fin, fout = (w[1], w[0]) if transpose_w else (w[0], w[1])
+    if x[-1] != fin:
+        layout = "(out_features, in_features)" if transpose_w else "(in_features, out_features)"
+        raise ShapeError(f"linear: the input has {x[-1]} features but the weight {tuple(w)} {layout} takes {fin}")
+    return (*x[:-1], fout), fin, fout
+
+
+def _linear(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    if len(inputs) > 3:
+        raise ShapeError(f"linear takes x, w and an optional bias, got {len(inputs)} operands")
+    x, w = float_tensor(inputs[0], "linear", "x"), float_tensor(inputs[1], "linear", "w")
+    shape, _, fout = linear_shapes(x.shape, w.shape, bool(attrs["transpose_w"]))
+    specs = [x, w]
+    if len(inputs) == 3:
+        bias = float_tensor(inputs[2], "linear", "bias")
+        if not broadcasts_to(bias.shape, shape):
+            raise ShapeError(
+                f"linear: bias of shape {bias.shape} does not broadcast to the output {shape} (pass ({fout},))"
+            )
+        specs.append(bias)
+    return _out(shape, *specs)
+
+
+def _addmm_like(op: str, ndim: int) -> Any:
+    def infer(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
+        bias, a, b = (float_tensor(s, op, n) for s, n in zip(inputs, ("input", "mat1", "mat2")))
+        if a.ndim != ndim or b.ndim != ndim:
+            raise ShapeError(f"{op} takes {ndim}-D mat1 and mat2, got {a.shape} and {b.shape}")
+        if ndim == 3 and a.shape[0] != b.shape[0]:
+            raise ShapeError(f"{op}: batch1 {a.shape} and batch2 {b.shape} must have the same batch size")
+        shape = matmul_shape(a.shape, b.shape, op)
+        if not broadcasts_to(bias.shape, shape):
+            raise ShapeError(f"{op}: input of shape {bias.shape} does not broadcast to the product's shape {shape}")
+        return _out(shape, a, b, bias)
+
+    return infer
+
+
+def _outer(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    a, b = (float_tensor(s, "outer", n) for s, n in zip(inputs, "ab"))
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"outer takes vectors (..., n) and (..., m), got shapes {a.shape} and {b.shape}")
+    batch = broadcast_shapes(a.shape[:-1], b.shape[:-1])
+    return _out((*batch, a.shape[-1], b.shape[-1]), a, b)
+
+
+def _bmm_decomposition(builder: Any, a: Any, b: Any) -> Any:
+    return builder.add("matmul", a, b)
+
+
+define(
+    "matmul",
+    FAMILY,
+    ["a", "b"],
+    _matmul,
+    numerics=MATMUL_DEFAULT,
+    doc="a @ b with PyTorch's rules: a 1-D a is a row, a 1-D b a column (that dim is dropped again), batch dims "
+    "broadcast; float operands, the result in their promoted dtype (block floats give bfloat16). An empty K "
+    "gives zeros. " + NUMERICS_NOTE,
+)
+define(
+    "bmm",
+    FAMILY,
+    ["a", "b"],
+    _bmm,
+    numerics=MATMUL_DEFAULT,
+    decomposition=_bmm_decomposition,
+    doc="Batched a @ b of two 3-D tensors (B, M, K) @ (B, K, N) with the same B. " + NUMERICS_NOTE,
+)
+define(
+    "linear",
+    FAMILY,
+    ["x", "w", "*bias"],
+    _linear,
+    attrs={"transpose_w": True},
+    numerics=MATMUL_DEFAULT,
+    doc="x @ w.T + bias (x @ w + bias with transpose_w=False) over the last dim of x, with an optional bias "
+    "broadcast to the output (usually (out_features,)). As TT-NN's fused bias: the matmul result is packed "
+    "to the intermediate format (bf16 unless fp32 accumulation), then the FPU adds the bias. " + NUMERICS_NOTE,
+)
+define(
+    "addmm",
+    FAMILY,
+    ["input", "mat1", "mat2"],
+    _addmm_like("addmm", 2),
+    attrs={"beta": 1.0, "alpha": 1.0},
+    numerics=MATMUL_DEFAULT,
+    doc="beta * input + alpha * (mat1 @ mat2) for 2-D mat1, mat2 and an input broadcast to the product; beta=0 "
+    "ignores input (NaN in it too). As ttnn.addmm: the product is stored in the output dtype, then scaled by "
+    "alpha, then beta * input is added, each step rounded to the output dtype. " + NUMERICS_NOTE,
+)
+define(
+    "baddbmm",
+    FAMILY,
+    ["input", "batch1", "batch2"],
+    _addmm_like("baddbmm", 3),
+    attrs={"beta": 1.0, "alpha": 1.0},
+    numerics=MATMUL_DEFAULT,
+    doc="beta * input + alpha * (batch1 @ batch2) for 3-D batches, as addmm per batch (a bmm, then the same "
+    "element-wise steps, each rounded to the output dtype). " + NUMERICS_NOTE,
+)
+define(
+    "outer",
+    FAMILY,
+    ["a", "b"],
+    _outer,
+    numerics=OUTER_DEFAULT,
+    doc="The outer product a[..., :, None] * b[..., None, :] of vectors (leading dims broadcast, as ttnn.outer). "
+    "Numerics: an element-wise multiply, as TT-NN runs it: for bfloat16 at HiFi4 (the default) the exact "
+    "product, below HiFi4 the FPU's fidelity phases into DST; fp32 SFPU multiplies for float32; rounded to "
+    "the output dtype.",
+)

@@ -1,0 +1,540 @@
+"""Programs as data: Metalium's program model (kernels over circular buffers, semaphores, runtime arguments).
+
+A :class:`Program` is what both backends accept. Its fields mirror TT-NN's ``ProgramDescriptor`` (``KernelDescriptor``,
+``CBDescriptor``, ``SemaphoreDescriptor``, the compute config) so the ttnn backend maps it one to one; each kernel also
+carries ``sim``, a Python function implementing the same kernel against the simulator's kernel API
+(``kohakutt.hal.backends.sim_program``). :meth:`Program.validate` checks the hardware's rules before anything runs;
+:meth:`Program.estimate_ns` is the simulator's device-time model for one run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Union
+
+from kohakutt.errors import ProgramError
+from kohakutt.hal.allocator import align_up
+from kohakutt.hal.card import CardSpec
+from kohakutt.hal.layout import Format
+
+if TYPE_CHECKING:
+    from kohakutt.hal.buffer import Buffer
+
+CoreCoord = tuple[int, int]  # logical (x, y) on the worker grid
+
+MAX_RUNTIME_ARGS = 341  # tt-metal kernel.hpp: 4096-byte dispatch packet / (3 kernels * 4 bytes), unique + common
+NUM_SEMAPHORES = 16  # tt-metal semaphore.hpp: semaphore ids per core
+KINDS = ("reader", "writer", "compute")
+_KIND_ALIASES = {"dm0": "reader", "brisc": "reader", "riscv_0": "reader", "dm1": "writer", "ncrisc": "writer",
+                 "riscv_1": "writer"}  # fmt: skip
+
+# Device-time model constants, the same as the op library's cost model (docs/concepts/cost-model.md).
+PROGRAM_LAUNCH_NS = 2_000.0  # dispatching one program from the command queue (order of magnitude)
+FPU_TILE_CYCLES = 16  # one element-wise FPU op on a 32 x 32 tile (one LoFi pass)
+SFPU_TILE_CYCLES = 32  # one simple SFPU op on a tile (32 lanes, 8 rows x 4 faces)
+
+
+class MathFidelity(StrEnum):
+    """How many multiplier passes the FPU makes (notes/blackhole.md, "Math fidelity")."""
+
+    LoFi = "LoFi"
+    HiFi2 = "HiFi2"
+    HiFi3 = "HiFi3"
+    HiFi4 = "HiFi4"
+
+    @classmethod
+    def of(cls, value: MathFidelity | str) -> MathFidelity:
+        try:
+            return cls(value)
+        except ValueError:
+            raise ProgramError(f"unknown math fidelity {value!r}; use LoFi, HiFi2, HiFi3 or HiFi4") from None
+
+    @property
+    def phases(self) -> int:
+        return ("LoFi", "HiFi2", "HiFi3", "HiFi4").index(self.value) + 1
+
+
+# --------------------------------------------------------------------------------------------------------- cores
+@dataclass(frozen=True)
+class CoreRange:
+    """A rectangle of cores, ``start`` to ``end`` inclusive (``end`` defaults to ``start``: one core)."""
+
+    start: CoreCoord
+    end: CoreCoord | None = None
+
+    def __post_init__(self) -> None:
+        start = _coord(self.start)
+        end = start if self.end is None else _coord(self.end)
+        if end[0] < start[0] or end[1] < start[1]:
+            raise ProgramError(f"core range {start}-{end} is empty: end must not be left of or above start")
+        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "end", end)
+
+    @property
+    def num_cores(self) -> int:
+        assert self.end is not None
+        return (self.end[0] - self.start[0] + 1) * (self.end[1] - self.start[1] + 1)
+
+    def cores(self) -> list[CoreCoord]:
+        """The cores of the range, row by row (y outer, x inner)."""
+        assert self.end is not None
+        return [(x, y) for y in range(self.start[1], self.end[1] + 1) for x in range(self.start[0], self.end[0] + 1)]
+
+    def contains(self, core: CoreCoord) -> bool:
+        assert self.end is not None
+        return self.start[0] <= core[0] <= self.end[0] and self.start[1] <= core[1] <= self.end[1]
+
+    def __str__(self) -> str:
+        return f"({self.start[0]},{self.start[1]})" + (
+            "" if self.end == self.start else f"-({self.end[0]},{self.end[1]})"
+        )  # type: ignore[index]
+
+
+CoreSpec = Union["CoreRangeSet", CoreRange, CoreCoord, Iterable[CoreRange | CoreCoord]]
+
+
+@dataclass(frozen=True)
+class CoreRangeSet:
+    """Several core ranges; build one from a range, a core or a list of those with :meth:`of`."""
+
+    ranges: tuple[CoreRange, ...]
+
+    @classmethod
+    def of(cls, spec: CoreSpec) -> CoreRangeSet:
+        if isinstance(spec, CoreRangeSet):
+            return spec
+        if isinstance(spec, CoreRange):
+            return cls((spec,))
+        if isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(v, int) for v in spec):
+            return cls((CoreRange(spec),))
+        out = []
+        for item in spec:  # type: ignore[union-attr]
+            out.append(item if isinstance(item, CoreRange) else CoreRange(item))
+        return cls(tuple(out))
+
+    def cores(self) -> list[CoreCoord]:
+        seen: dict[CoreCoord, None] = {}
+        for r in self.ranges:
+            seen.update(dict.fromkeys(r.cores()))
+        return list(seen)
+
+    @property
+    def num_cores(self) -> int:
+        return len(self.cores())
+
+    def contains(self, core: CoreCoord) -> bool:
+        return any(r.contains(core) for r in self.ranges)
+
+    def __str__(self) -> str:
+        return "{" + ", ".join(str(r) for r in self.ranges) + "}"
+
+
+def split_work(units: int, cores: CoreSpec) -> list[tuple[CoreCoord, int, int]]:
+    """Split ``units`` (tiles, rows) over ``cores`` as evenly as possible: ``(core, start, count)`` per core."""
+    cs = CoreRangeSet.of(cores).cores()
+    base, extra = divmod(units, len(cs))
+    out, start = [], 0
+    for i, c in enumerate(cs):
+        n = base + (1 if i < extra else 0)
+        out.append((c, start, n))
+        start += n
+    return out
+
+
+def _coord(c: Any) -> CoreCoord:
+    try:
+        x, y = c
+        if int(x) != x or int(y) != y:
+            raise ValueError
+        return int(x), int(y)
+    except (TypeError, ValueError):
+        raise ProgramError(f"a core is an (x, y) pair of ints, got {c!r}") from None
+
+
+# ----------------------------------------------------------------------------------------- program components
+@dataclass
+class CircularBuffer:
+    """A ring of ``num_pages`` pages of ``page_size`` bytes in each core's L1, id ``index`` (0..31)."""
+
+    index: int
+    data_format: Format | str
+    page_size: int
+    num_pages: int
+    core_ranges: CoreSpec
+
+    def __post_init__(self) -> None:
+        self.data_format = Format.of(self.data_format)
+        self.core_ranges = CoreRangeSet.of(self.core_ranges)
+
+    @property
+    def format(self) -> Format:
+        return Format.of(self.data_format)
+
+    @property
+    def cores(self) -> CoreRangeSet:
+        return CoreRangeSet.of(self.core_ranges)
+
+    @property
+    def total_size(self) -> int:
+        return self.page_size * self.num_pages
+
+
+SimKernel = Callable[[Any], None]
+
+
+@dataclass
+class Kernel:
+    """One kernel of a program: its Metalium C++ source, its Python twin for the simulator, and its configuration.
+
+    ``kind`` is ``"reader"`` (BRISC, data movement 0), ``"writer"`` (NCRISC, data movement 1) or ``"compute"`` (the
+    three TRISCs). ``source`` is the kernel's C++ text: ``void kernel_main()`` for data movement, ``namespace NAMESPACE
+    { void MAIN { ... } }`` (or ``kernel_main``) for compute. ``sim(k)`` runs the same kernel against the simulator's
+    kernel API ``k``. ``name`` (default: the kind) keys the runtime arguments. The last four fields configure compute.
+    """
+
+    kind: str
+    source: str
+    core_ranges: CoreSpec
+    sim: SimKernel | None = None
+    compile_time_args: Sequence[int] = ()
+    defines: Mapping[str, str] = field(default_factory=dict)
+    common_runtime_args: Sequence[int] = ()
+    name: str = ""
+    math_fidelity: MathFidelity | str = MathFidelity.HiFi4
+    fp32_dest_acc_en: bool = False
+    math_approx_mode: bool = False
+    dst_full_sync_en: bool = False
+
+    def __post_init__(self) -> None:
+        kind = _KIND_ALIASES.get(str(self.kind).lower(), str(self.kind).lower())
+        if kind not in KINDS:
+            raise ProgramError(f"kernel kind {self.kind!r} is not one of reader (dm0), writer (dm1), compute")
+        self.kind = kind
+        self.name = self.name or kind
+        self.core_ranges = CoreRangeSet.of(self.core_ranges)
+        self.math_fidelity = MathFidelity.of(self.math_fidelity)
+        self.compile_time_args = tuple(int(a) for a in self.compile_time_args)
+        self.common_runtime_args = tuple(int(a) for a in self.common_runtime_args)
+        self.defines = dict(self.defines)
+
+    @property
+    def cores(self) -> CoreRangeSet:
+        return CoreRangeSet.of(self.core_ranges)
+
+    @property
+    def fidelity(self) -> MathFidelity:
+        return MathFidelity.of(self.math_fidelity)
+
+    @property
+    def processor(self) -> str:
+        return {"reader": "BRISC", "writer": "NCRISC", "compute": "TRISC0-2"}[self.kind]
+
+    def dst_tiles(self, card: CardSpec) -> int:
+        """Tiles the DST register file holds for this kernel: half of it in half-sync mode, all of it in full sync."""
+        n = card.dst_tiles_fp32 if self.fp32_dest_acc_en else card.dst_tiles_bf16
+        return 2 * n if self.dst_full_sync_en else n
+
+
+@dataclass
+class Semaphore:
+    """A 32-bit word in the L1 of every core of ``core_ranges``, starting at ``initial_value``; id 0..15."""
+
+    id: int
+    core_ranges: CoreSpec
+    initial_value: int = 0
+
+    def __post_init__(self) -> None:
+        self.core_ranges = CoreRangeSet.of(self.core_ranges)
+
+    @property
+    def cores(self) -> CoreRangeSet:
+        return CoreRangeSet.of(self.core_ranges)
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a program does, for its time estimate: DRAM bytes moved and tile ops by kind (all cores together)."""
+
+    dram_bytes: int | None = None
+    matmul_tiles: int = 0  # 32 x 32 x 32 multiply-accumulates
+    fpu_tiles: int = 0  # element-wise FPU ops (copy, add, mul, reduce, tilize) on one tile
+    sfpu_tiles: int = 0  # SFPU ops on one tile
+
+
+RuntimeArgs = Mapping[str, Mapping[CoreCoord, Sequence[int]] | Sequence[int]]
+RuntimeArgsFn = Callable[[Sequence["Buffer"], Mapping[str, Any]], RuntimeArgs]
+
+_MAIN = re.compile(r"\bvoid\s+(MAIN\b|kernel_main\s*\(\s*(void)?\s*\))")
+_KERNEL_MAIN = re.compile(r"\bvoid\s+kernel_main\s*\(\s*(void)?\s*\)")
+
+
+@dataclass
+class Program:
+    """Kernels, circular buffers and semaphores over a set of cores, run over buffers (inputs first, outputs last).
+
+    ``runtime_args`` maps a kernel's name to its per-core argument lists (``{core: [..]}``, or one list for every
+    core), or is a function ``(buffers, runtime) -> that mapping`` called at each run, so buffer addresses and sizes
+    can depend on the call. ``tensors`` names the buffers the program takes (checked at each run). ``work`` (or a
+    function of ``(buffers, runtime)`` returning it) feeds :meth:`estimate_ns`.
+    """
+
+    name: str
+    kernels: Sequence[Kernel]
+    cbs: Sequence[CircularBuffer] = ()
+    semaphores: Sequence[Semaphore] = ()
+    runtime_args: RuntimeArgs | RuntimeArgsFn | None = None
+    tensors: Sequence[str] | None = None
+    work: Work | Callable[[Sequence[Buffer], Mapping[str, Any]], Work] | None = None
+
+    def __post_init__(self) -> None:
+        self.kernels = tuple(self.kernels)
+        self.cbs = tuple(self.cbs)
+        self.semaphores = tuple(self.semaphores)
+        self.tensors = None if self.tensors is None else tuple(self.tensors)
+
+    # ------------------------------------------------------------------------------------------------ queries
+    @property
+    def num_buffers(self) -> int | None:
+        return None if self.tensors is None else len(self.tensors)
+
+    def cores(self) -> list[CoreCoord]:
+        """Every core a kernel runs on, in first-seen order."""
+        seen: dict[CoreCoord, None] = {}
+        for k in self.kernels:
+            seen.update(dict.fromkeys(k.cores.cores()))
+        return list(seen)
+
+    def kernels_on(self, core: CoreCoord) -> list[Kernel]:
+        return [k for k in self.kernels if k.cores.contains(core)]
+
+    def cbs_on(self, core: CoreCoord) -> list[CircularBuffer]:
+        return [cb for cb in self.cbs if cb.cores.contains(core)]
+
+    def semaphores_on(self, core: CoreCoord) -> list[Semaphore]:
+        return [s for s in self.semaphores if s.cores.contains(core)]
+
+    def kernel(self, name: str) -> Kernel:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise ProgramError(f"program {self.name!r} has no kernel named {name!r}; "
+                           f"its kernels are {[k.name for k in self.kernels]}")  # fmt: skip
+
+    def buffer_index(self, ref: int | str) -> int:
+        """The position in the buffer list of tensor ``ref`` (a name from ``tensors`` or an index)."""
+        if isinstance(ref, str):
+            if self.tensors is None or ref not in self.tensors:
+                raise ProgramError(f"program {self.name!r} has no tensor named {ref!r}; "
+                                   f"its tensors are {list(self.tensors or [])}")  # fmt: skip
+            return list(self.tensors).index(ref)
+        return int(ref)
+
+    def cb_addresses(self, card: CardSpec, core: CoreCoord) -> dict[int, int]:
+        """Where each CB of ``core`` starts in L1: carved upward from the first byte past the firmware's region."""
+        addr = card.l1_bytes - card.l1_usable
+        out = {}
+        for cb in sorted(self.cbs_on(core), key=lambda c: c.index):
+            out[cb.index] = addr
+            addr += align_up(cb.total_size, card.l1_align)
+        return out
+
+    def resolve_runtime_args(self, buffers: Sequence[Buffer], runtime: Mapping[str, Any]
+                             ) -> dict[str, dict[CoreCoord, tuple[int, ...]]]:  # fmt: skip
+        """Per kernel name, per core, the runtime arguments of this run (cores without any get an empty list)."""
+        spec = self.runtime_args
+        if callable(spec):
+            spec = spec(buffers, runtime)
+        spec = spec or {}
+        if not isinstance(spec, Mapping):
+            raise ProgramError(f"program {self.name!r}: runtime args must map kernel names to per-core lists, "
+                               f"got {type(spec).__name__}")  # fmt: skip
+        names = {k.name for k in self.kernels}
+        for name in spec:
+            if name not in names:
+                raise ProgramError(f"program {self.name!r}: runtime args for kernel {name!r}, which the program "
+                                   f"does not have (kernels: {sorted(names)})")  # fmt: skip
+        out: dict[str, dict[CoreCoord, tuple[int, ...]]] = {}
+        for k in self.kernels:
+            given = spec.get(k.name, {})
+            per_core: dict[CoreCoord, tuple[int, ...]] = dict.fromkeys(k.cores.cores(), ())
+            if isinstance(given, Mapping):
+                for core, args in given.items():
+                    c = _coord(core)
+                    if c not in per_core:
+                        raise ProgramError(f"program {self.name!r}: runtime args for {k.name} on core {c}, which "
+                                           f"the kernel does not run on (its cores: {k.cores})")  # fmt: skip
+                    per_core[c] = tuple(args)
+            else:
+                args = tuple(given)
+                per_core = dict.fromkeys(per_core, args)
+            out[k.name] = per_core
+        return out
+
+    # ----------------------------------------------------------------------------------------------- validate
+    def validate(self, card: CardSpec, buffers: Sequence[Buffer], runtime_args: Mapping[str, Any]) -> None:
+        """Check the hardware's rules for running over ``buffers``; raise ProgramError listing every broken one."""
+        problems: list[str] = []
+        self._check_kernels(card, problems)
+        self._check_cbs(card, buffers, problems)
+        self._check_semaphores(card, problems)
+        if self.tensors is not None and len(buffers) != len(self.tensors):
+            problems.append(f"takes {len(self.tensors)} buffers ({', '.join(self.tensors)}), "
+                            f"got {len(buffers)}")  # fmt: skip
+        if not problems:
+            self._check_runtime_args(buffers, runtime_args, problems)
+        if problems:
+            head = f"program {self.name!r} breaks {'a rule' if len(problems) == 1 else f'{len(problems)} rules'}"
+            raise ProgramError(head + ": " + "; ".join(problems))
+
+    def _check_grid(self, what: str, cores: CoreRangeSet, card: CardSpec, problems: list[str]) -> None:
+        gx, gy = card.grid
+        for r in cores.ranges:
+            assert r.end is not None
+            if min(*r.start, *r.end) < 0 or r.end[0] >= gx or r.end[1] >= gy:
+                problems.append(f"{what} covers cores {r}, outside the {gx} x {gy} worker grid "
+                                f"(x 0..{gx - 1}, y 0..{gy - 1})")  # fmt: skip
+        rs = cores.ranges
+        for i in range(len(rs)):
+            for j in range(i + 1, len(rs)):
+                if set(rs[i].cores()) & set(rs[j].cores()):
+                    problems.append(f"{what} has overlapping core ranges {rs[i]} and {rs[j]}")
+
+    def _check_kernels(self, card: CardSpec, problems: list[str]) -> None:
+        if not self.kernels:
+            problems.append("has no kernels")
+        names = [k.name for k in self.kernels]
+        for n in sorted({n for n in names if names.count(n) > 1}):
+            problems.append(f"has {names.count(n)} kernels named {n!r}; give each a distinct name= (runtime "
+                            "args are keyed by kernel name)")  # fmt: skip
+        for k in self.kernels:
+            self._check_grid(f"kernel {k.name!r}", k.cores, card, problems)
+            if k.kind == "compute" and not _MAIN.search(k.source):
+                problems.append(f"compute kernel {k.name!r} has no entry point: its source needs "
+                                "'namespace NAMESPACE { void MAIN { ... } }' (or 'void kernel_main()')")  # fmt: skip
+            if k.kind != "compute" and not _KERNEL_MAIN.search(k.source):
+                problems.append(f"{k.kind} kernel {k.name!r} has no entry point: its source needs "
+                                "'void kernel_main()'")  # fmt: skip
+            for i, a in enumerate(k.compile_time_args):
+                if not 0 <= a < 1 << 32:
+                    problems.append(f"compile-time arg {i} of {k.name!r} is {a}, not a uint32")
+        seen: dict[tuple[CoreCoord, str], str] = {}
+        for k in self.kernels:
+            for c in k.cores.cores():
+                other = seen.setdefault((c, k.kind), k.name)
+                if other != k.name:
+                    problems.append(f"core {c} has two {k.kind} kernels ({other!r} and {k.name!r}); a core runs "
+                                    "at most one reader, one writer and one compute kernel")  # fmt: skip
+                    break
+
+    def _check_cbs(self, card: CardSpec, buffers: Sequence[Buffer], problems: list[str]) -> None:
+        for cb in self.cbs:
+            what = f"CB {cb.index}"
+            if not 0 <= cb.index < card.num_cbs:
+                problems.append(f"{what}: CB indices are 0..{card.num_cbs - 1}")
+            if cb.page_size <= 0 or cb.num_pages <= 0:
+                problems.append(f"{what} has {cb.num_pages} pages of {cb.page_size} B; both must be positive")
+            self._check_grid(what, cb.cores, card, problems)
+        l1_buffers = _l1_buffer_bytes_per_core(card, buffers)
+        room = card.l1_usable - l1_buffers
+        checked: set[tuple[int, ...]] = set()
+        for core in dict.fromkeys(c for cb in self.cbs for c in cb.cores.cores()):
+            on = self.cbs_on(core)
+            idx = [cb.index for cb in on]
+            for i in sorted({i for i in idx if idx.count(i) > 1}):
+                problems.append(f"CB {i} is defined {idx.count(i)} times on core {core}; a CB index is unique "
+                                "per core")  # fmt: skip
+            key = tuple(sorted(id(cb) for cb in on))
+            if key in checked:
+                continue
+            checked.add(key)
+            total = sum(align_up(cb.total_size, card.l1_align) for cb in on)
+            if total > room:
+                parts = ", ".join(f"CB {cb.index}: {cb.num_pages} x {cb.page_size} B" for cb in on)
+                beside = f", less {l1_buffers:,} B of L1 buffers" if l1_buffers else ""
+                problems.append(f"circular buffers on core {core} need {total:,} B of L1 ({parts}), more than the "
+                                f"{room:,} B usable ({card.l1_usable:,} B per core{beside}); use fewer or "
+                                "smaller pages")  # fmt: skip
+
+    def _check_semaphores(self, card: CardSpec, problems: list[str]) -> None:
+        for s in self.semaphores:
+            if not 0 <= s.id < NUM_SEMAPHORES:
+                problems.append(f"semaphore id {s.id}: ids are 0..{NUM_SEMAPHORES - 1}")
+            if not 0 <= s.initial_value < 1 << 32:
+                problems.append(f"semaphore {s.id} starts at {s.initial_value}, not a uint32")
+            self._check_grid(f"semaphore {s.id}", s.cores, card, problems)
+        for core in dict.fromkeys(c for s in self.semaphores for c in s.cores.cores()):
+            ids = [s.id for s in self.semaphores_on(core)]
+            for i in sorted({i for i in ids if ids.count(i) > 1}):
+                problems.append(f"semaphore {i} is defined {ids.count(i)} times on core {core}")
+
+    def _check_runtime_args(self, buffers: Sequence[Buffer], runtime: Mapping[str, Any], problems: list[str]) -> None:
+        try:
+            resolved = self.resolve_runtime_args(buffers, runtime)
+        except ProgramError as e:
+            problems.append(str(e).removeprefix(f"program {self.name!r}: "))
+            return
+        for k in self.kernels:
+            for i, a in enumerate(k.common_runtime_args):
+                if not 0 <= a < 1 << 32:
+                    problems.append(f"common runtime arg {i} of {k.name!r} is {a}, not a uint32")
+            for core, args in resolved[k.name].items():
+                n = len(args) + len(k.common_runtime_args)
+                if n > MAX_RUNTIME_ARGS:
+                    common = f" (with {len(k.common_runtime_args)} common)" if k.common_runtime_args else ""
+                    problems.append(f"{k.name} on core {core} has {n} runtime args{common}, more than Metalium's "
+                                    f"{MAX_RUNTIME_ARGS} per kernel per core; pass bulk data in a buffer")  # fmt: skip
+                    break
+                bad = [(i, a) for i, a in enumerate(args) if not (isinstance(a, int) and 0 <= a < 1 << 32)]
+                if bad:
+                    i, a = bad[0]
+                    problems.append(f"runtime arg {i} of {k.name} on core {core} is {a!r}, not a uint32 "
+                                    "(pass a negative value as v & 0xFFFFFFFF, a float as its bits)")  # fmt: skip
+                    break
+
+    # -------------------------------------------------------------------------------------------- time model
+    def estimate_ns(self, card: CardSpec, buffers: Sequence[Buffer], runtime_args: Mapping[str, Any]) -> float:
+        """Device time of one run: a launch cost, then the larger of its data movement and its compute (the card
+        overlaps them), each split evenly over its cores.
+
+        Launch: ``PROGRAM_LAUNCH_NS``. Data movement: ``work.dram_bytes`` (default: every buffer's bytes once) at the
+        card's DRAM bandwidth, but no faster than the cores' NoC links carry it (64 B per cycle per core at the card
+        clock). Compute: matmul tile ops at the compute kernel's fidelity (16 / 32 / 48 / 64 cycles for
+        LoFi..HiFi4), element-wise FPU tile ops at ``FPU_TILE_CYCLES`` and SFPU tile ops at ``SFPU_TILE_CYCLES``,
+        over the cores that run a compute kernel. Without declared tile ops, one FPU op per 2 KiB moved. No NoC
+        contention, bank conflicts or stalls.
+        """
+        work = self.work(buffers, runtime_args) if callable(self.work) else (self.work or Work())
+        dram = work.dram_bytes if work.dram_bytes is not None else sum(b.nbytes for b in buffers)
+        cores = max(1, len(self.cores()))
+        noc_per_core = card.noc_bytes_per_cycle * card.clock_hz
+        move_s = max(dram / card.dram_bytes_per_s, dram / cores / noc_per_core)
+        compute_kernels = [k for k in self.kernels if k.kind == "compute"]
+        fidelity = compute_kernels[0].fidelity if compute_kernels else MathFidelity.HiFi4
+        compute_cores = max(1, len({c for k in compute_kernels for c in k.cores.cores()}))
+        fpu, sfpu = work.fpu_tiles, work.sfpu_tiles
+        if not (work.matmul_tiles or fpu or sfpu) and compute_kernels:
+            fpu = math.ceil(dram / 2048)
+        cycles = (work.matmul_tiles * card.matmul_tile_cycles[fidelity.phases - 1] + fpu * FPU_TILE_CYCLES
+                  + sfpu * SFPU_TILE_CYCLES)  # fmt: skip
+        compute_s = cycles / compute_cores / card.clock_hz
+        return PROGRAM_LAUNCH_NS + max(move_s, compute_s) * 1e9
+
+
+def _l1_buffer_bytes_per_core(card: CardSpec, buffers: Sequence[Buffer]) -> int:
+    """L1 bytes each core gives to L1 buffers (they share L1 with circular buffers), from the buffers' allocator."""
+    for b in buffers:
+        alloc = getattr(getattr(b, "device", None), "allocator", None)
+        if alloc is not None:
+            return int(alloc.stats()["l1.reserved_bytes"]) // card.cores
+    return 0
+
+
+__all__ = [
+    "FPU_TILE_CYCLES", "KINDS", "MAX_RUNTIME_ARGS", "NUM_SEMAPHORES", "PROGRAM_LAUNCH_NS", "SFPU_TILE_CYCLES",
+    "CircularBuffer", "CoreCoord", "CoreRange", "CoreRangeSet", "Kernel", "MathFidelity", "Program", "RuntimeArgs",
+    "Semaphore", "Work", "split_work",
+]  # fmt: skip
