@@ -592,7 +592,7 @@ def eye(call: SimCall) -> np.ndarray:
 # bool as uint8) or Python numbers; the result is converted to the output spec's dtype and layout.
 _TT_DTYPES = {DType.FLOAT32: "float32", DType.BFLOAT16: "bfloat16", DType.BFLOAT8_B: "bfloat8_b",
               DType.BFLOAT4_B: "bfloat4_b", DType.INT32: "int32", DType.UINT32: "uint32", DType.UINT16: "uint16",
-              DType.UINT8: "uint8", DType.BOOL: "uint8"}  # fmt: skip
+              DType.UINT8: "uint8", DType.BOOL: "uint8", DType.INT64: "int32"}  # fmt: skip
 
 
 def tt_dtype(tt: Any, dt: DType) -> Any:
@@ -892,3 +892,22 @@ def tt_arange(tt, inputs, attrs, numerics, out_specs, device=None):
         layout=tt_layout(tt, s),
     )
     return tt_finish(tt, tt.reshape(out, list(s.shape)), s)
+
+
+def _tt_upload(tt: Any, values: np.ndarray, spec: TensorSpec, device: Any) -> Any:
+    """Host-computed values sent to the card (TT-NN has no linspace / eye): one host-to-device copy."""
+    host_dtype = np.uint8 if spec.dtype is DType.BOOL else spec.dtype.compute
+    values = np.ascontiguousarray(values, dtype=host_dtype)
+    host = tt.Tensor(values, tt_dtype(tt, spec.dtype), None, tt_layout(tt, spec))
+    return tt.to_device(host, _tt_device(tt, device))
+
+
+@ttnn("linspace")
+def tt_linspace(tt, inputs, attrs, numerics, out_specs, device=None):
+    values = linspace(SimCall("linspace", [], [], attrs, numerics, out_specs))
+    return _tt_upload(tt, values, out_specs[0], device)
+
+
+@ttnn("eye")
+def tt_eye(tt, inputs, attrs, numerics, out_specs, device=None):
+    return _tt_upload(tt, eye(SimCall("eye", [], [], attrs, numerics, out_specs)), out_specs[0], device)

@@ -215,6 +215,8 @@ def test_gather_index_select_and_range_errors(dev):
     i = rng.integers(0, 6, (3, 9, 20)).astype(np.int32)
     (got,) = run("gather", [t, kk.from_numpy(dev, i)], {"dim": -2})
     same_bits(got, torch.gather(tref(x), -2, torch.from_numpy(i).long()))
+    (got64,) = run("gather", [t, kk.from_numpy(dev, i.astype(np.int64))], {"dim": -2})  # int64 storage works too
+    same_bits(got64, got)
     j = np.array([34, 0, 0, 17], np.int32)
     (got,) = run("index_select", [t, kk.from_numpy(dev, j)], {"dim": 2})
     same_bits(got, torch.index_select(tref(x), 2, torch.from_numpy(j).long()))

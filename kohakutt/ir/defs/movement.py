@@ -20,7 +20,7 @@ from kohakutt.hal.layout import Layout
 from kohakutt.ir.dtypes import DType, promote
 from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, broadcast_shapes, define, norm_dim
 
-INDEX_DTYPES = (DType.INT32, DType.UINT32, DType.UINT16, DType.UINT8)
+INDEX_DTYPES = (DType.INT32, DType.INT64, DType.UINT32, DType.UINT16, DType.UINT8)  # int64: int32 values
 REDUCTIONS = (None, "sum", "prod", "mean", "amax", "amin")
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
