@@ -22,7 +22,7 @@ from kohakutt.kernels import cardmath, cost
 from kohakutt.kernels.registry import SimCall, sim, ttnn
 
 K_BLOCK = 128  # K values per bf16 DST rounding (4 K tiles; TT-NN defaults to 2, see the module docstring)
-CACHE_ELEMS = 1 << 19  # fp32 DST values the bf16 accumulation keeps hot at once (2 MB)
+CACHE_ELEMS = 1 << 21  # fp32 DST values the bf16 accumulation works on at once (8 MB: few, large torch calls)
 
 FIDELITY_AND_DTYPE_NAMES = (
     "MathFidelity.LoFi",

@@ -3,9 +3,11 @@
 DST holds ``Kernel.dst_tiles`` tiles as float32 arrays whose values are rounded to bfloat16 on every write unless
 ``fp32_dest_acc_en``. ``tile_regs_acquire`` hands the math side a zeroed DST; math ops run between acquire and
 commit, ``pack_tile`` between wait and release, as on the card. Unpacking reads a CB page in the CB's data format into
-a source register (19 bits: float32 inputs lose their low 13 mantissa bits); multiplies run at the kernel's math
-fidelity (``notes/blackhole.md``); ``pack_tile`` converts DST to the output CB's format (bfloat16 nearest-even,
-block floats by the host packer's rules). Each op needs its ``*_init`` (and a hardware start-up) first, as on the card.
+a source register (float32 truncated to TF32, or to BF16 with a 16-bit DST); multiplies run at the kernel's math
+fidelity and a BF16 DST is rounded after every MVMUL: the rules of ``docs/concepts/numerics.md``, which
+``kohakutt.kernels.cardmath`` implements for whole ops (the tests check that the two agree). ``pack_tile`` converts
+DST to the output CB's format (bfloat16 nearest-even, block floats by the host packer's rules). Each op needs its
+``*_init`` (and a hardware start-up) first, as on the card.
 
 ``FPU_MUL``, ``FPU_MATMUL`` and ``SFPU_FUNCTIONS`` are the numerics; a finer model of the card's math can replace them.
 """
@@ -27,29 +29,65 @@ _STARTUP = "compute_kernel_hw_startup / binary_op_init_common / unary_op_init_co
 
 
 # ------------------------------------------------------------------------------------------------------- numerics
+MVMUL_K = 16  # products one MVMUL sums in FP32 before adding them to DST
+
+
 def cut(x: np.ndarray, bits: int) -> np.ndarray:
     """``x`` (float32) keeping only its top ``bits`` significant bits (implicit one included), truncating."""
     mask = np.uint32((0xFFFFFFFF << (24 - bits)) & 0xFFFFFFFF)
     return (np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & mask).view(np.float32)
 
 
-def _phases(srca: np.ndarray, srcb: np.ndarray, fidelity: MathFidelity) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The (SrcA part, SrcB part) each multiplier pass sees: SrcA in two 5-bit slices, SrcB in 7 + 4 bits."""
-    a_hi = cut(srca, 5).astype(np.float64)
-    a_lo = cut(srca, 10).astype(np.float64) - a_hi
-    b_hi = cut(srcb, 7).astype(np.float64)
-    b_lo = cut(srcb, 11).astype(np.float64) - b_hi
-    return [(a_hi, b_hi), (a_lo, b_hi), (a_hi, b_lo), (a_lo, b_lo)][: fidelity.phases]
+def source_register(x: np.ndarray, fp32_acc: bool) -> np.ndarray:
+    """What the unpacker puts in SrcA / SrcB: float32 truncated to TF32 with an FP32 DST, to BF16 with a 16-bit one
+    (bfloat16 and block-float values pass unchanged)."""
+    return cut(x, 11 if fp32_acc else 8)
 
 
-def fpu_mul(srca: np.ndarray, srcb: np.ndarray, fidelity: MathFidelity) -> np.ndarray:
-    """Element-wise product at ``fidelity`` (float64; the caller rounds to DST)."""
-    return sum((a * b for a, b in _phases(srca, srcb, fidelity)), np.zeros(srca.shape))
+def _split(x: np.ndarray, high_bits: int, all_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    full = cut(x, all_bits)
+    high = cut(full, high_bits)
+    with np.errstate(invalid="ignore"):
+        return high, np.where(np.isfinite(full), full - high, np.float32(0.0)).astype(np.float32)
 
 
-def fpu_matmul(in0: np.ndarray, in1: np.ndarray, fidelity: MathFidelity) -> np.ndarray:
-    """``in0 @ in1`` at ``fidelity``: in0 goes to SrcB, in1 to SrcA (float64; the caller rounds to DST)."""
-    return sum((b @ a for a, b in _phases(in1, in0, fidelity)), np.zeros((in0.shape[0], in1.shape[1])))
+def fidelity_pairs(srca: np.ndarray, srcb: np.ndarray, fidelity: MathFidelity, fp32_acc: bool
+                   ) -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+    """(SrcA part, SrcB part) per multiplier pass, in phase order: SrcA in two 5-bit slices (its last TF32 bit is never
+    used), SrcB in 7 + 4 bits; LoFi..HiFi4 run 1..4 passes (notes/blackhole.md, docs/concepts/numerics.md)."""
+    a = _split(srca, 5, 10 if fp32_acc else 8)
+    b = _split(srcb, 7, 11 if fp32_acc else 8)
+    return [(a[p & 1], b[p >> 1]) for p in range(fidelity.phases)]
+
+
+def _round_bf16(x: np.ndarray) -> np.ndarray:
+    return formats.round_bfloat16(np.asarray(x, dtype=np.float32))
+
+
+def fpu_mul(srca: np.ndarray, srcb: np.ndarray, fidelity: MathFidelity, fp32_acc: bool) -> np.ndarray:
+    """``mul_tiles``: each pass's exact product is added to DST in turn (a BF16 DST is rounded after each)."""
+    acc: np.ndarray | None = None
+    for a, b in fidelity_pairs(srca, srcb, fidelity, fp32_acc):
+        acc = a * b if acc is None else acc + a * b
+        if not fp32_acc:
+            acc = _round_bf16(acc)
+    assert acc is not None
+    return acc
+
+
+def fpu_matmul(dst: np.ndarray, in0: np.ndarray, in1: np.ndarray, fidelity: MathFidelity, fp32_acc: bool
+               ) -> np.ndarray:  # fmt: skip
+    """``matmul_tiles``: DST + in0 @ in1, in0 in SrcB and in1 in SrcA. An FP32 DST adds the passes' products in FP32;
+    a BF16 DST is rounded after every MVMUL (each 16-wide K slice of each pass), in the LLK's order."""
+    pairs = fidelity_pairs(in1, in0, fidelity, fp32_acc)
+    if fp32_acc:
+        return (dst.astype(np.float64) + sum(b.astype(np.float64) @ a.astype(np.float64) for a, b in pairs)).astype(
+            np.float32)  # fmt: skip
+    out = dst.astype(np.float32)
+    for a, b in pairs:
+        for k in range(0, in0.shape[1], MVMUL_K):
+            out = _round_bf16(out + b[:, k : k + MVMUL_K] @ a[k : k + MVMUL_K, :])
+    return out
 
 
 def _gelu(x: np.ndarray, approx: bool) -> np.ndarray:
@@ -79,6 +117,8 @@ _SCALAR_OPS: dict[str, Callable[[np.ndarray, float], np.ndarray]] = {
     "add": lambda x, s: x + s, "sub": lambda x, s: x - s, "mul": lambda x, s: x * s, "div": lambda x, s: x / s,
     "rsub": lambda x, s: s - x,
 }  # fmt: skip
+# The FPU's numerics, swappable for a finer model: FPU_MUL(srca, srcb, fidelity, fp32_acc) -> DST values,
+# FPU_MATMUL(dst, in0, in1, fidelity, fp32_acc) -> the new DST values.
 FPU_MUL = fpu_mul
 FPU_MATMUL = fpu_matmul
 
@@ -151,7 +191,7 @@ class ComputeAPI(KernelAPI):
                               f"call cb_wait_front({cb}, {tile + 1}) first")  # fmt: skip
         addr = c.slot_address(c.popped + tile)
         values = formats.unpack(self._core.l1[addr : addr + c.fmt.tile_bytes], (TILE, TILE), c.fmt)
-        return cut(values, 11) if c.fmt is Format.FLOAT32 else values
+        return source_register(values, self.fp32_dest_acc_en)
 
     def _pack(self, values: np.ndarray, cb: int, tile: int, op: str) -> None:
         c = self._need_cb(cb)
@@ -288,9 +328,9 @@ class ComputeAPI(KernelAPI):
         with self._locked():
             self._math(f"{op}_tiles", op, f"{op}_tiles_init({icb0}, {icb1})")
             d = self._dst_index(dst, f"{op}_tiles")
-            a = self._unpack(icb0, i0, f"{op}_tiles").astype(np.float64)
-            b = self._unpack(icb1, i1, f"{op}_tiles").astype(np.float64)
-            r = a + b if op == "add" else a - b if op == "sub" else FPU_MUL(a, b, self.fidelity)
+            a = self._unpack(icb0, i0, f"{op}_tiles")
+            b = self._unpack(icb1, i1, f"{op}_tiles")
+            r = a + b if op == "add" else a - b if op == "sub" else FPU_MUL(a, b, self.fidelity, self.fp32_dest_acc_en)
             if self._acc_to_dest:
                 r = r + self._dst[d]
             self._store(d, r)
@@ -315,7 +355,8 @@ class ComputeAPI(KernelAPI):
             d = self._dst_index(idst, "matmul_tiles")
             a = self._unpack(in0_cb, in0_tile, "matmul_tiles")
             b = self._unpack(in1_cb, in1_tile, "matmul_tiles")
-            self._store(d, self._dst[d] + FPU_MATMUL(a, b.T if transpose else b, self.fidelity))
+            b = np.ascontiguousarray(b.T) if transpose else b
+            self._store(d, FPU_MATMUL(self._dst[d], a, b, self.fidelity, self.fp32_dest_acc_en))
 
     def reduce_tile(self, icb: int, icb_scaler: int, itile: int, itile_scaler: int, idst: int,
                     pool: str | None = None, dim: str | None = None) -> None:  # fmt: skip
@@ -327,12 +368,16 @@ class ComputeAPI(KernelAPI):
             if want != self._reduce:
                 raise self._error(f"reduce_tile{want} but reduce_init set up {self._reduce}")
             d = self._dst_index(idst, "reduce_tile")
-            x = self._unpack(icb, itile, "reduce_tile").astype(np.float64)
-            s = float(self._unpack(icb_scaler, itile_scaler, "reduce_tile")[0, 0])
+            x = self._unpack(icb, itile, "reduce_tile")
+            scaler = self._unpack(icb_scaler, itile_scaler, "reduce_tile")[0, 0]
             pool_, dim_ = self._reduce
             axis = {"row": 1, "col": 0, "scalar": None}[dim_]
-            red = (x * s).max(axis=axis) if pool_ == "max" else x.sum(axis=axis) * s
-            out = self._dst[d].astype(np.float64)
+            if pool_ == "max":  # GMPOOL: no fidelity passes
+                red = (x.astype(np.float64) * float(scaler)).max(axis=axis)
+            else:  # data in SrcA times the scaler in SrcB at fidelity, summed in FP32
+                scaled = FPU_MUL(x, np.full_like(x, scaler), self.fidelity, True)
+                red = scaled.sum(axis=axis, dtype=np.float32)
+            out = self._dst[d].copy()
             region = (slice(None), 0) if dim_ == "row" else (0, slice(None)) if dim_ == "col" else (0, 0)
             if pool_ == "max":
                 out[region] = np.maximum(out[region], red) if self._written[d] else red
@@ -528,4 +573,7 @@ class ComputeAPI(KernelAPI):
         self._scalar("rsub", idst, param)
 
 
-__all__ = ["FPU_MATMUL", "FPU_MUL", "SFPU_FUNCTIONS", "ComputeAPI", "cut", "fpu_matmul", "fpu_mul"]
+__all__ = [
+    "FPU_MATMUL", "FPU_MUL", "SFPU_FUNCTIONS", "ComputeAPI", "cut", "fidelity_pairs", "fpu_matmul", "fpu_mul",
+    "source_register",
+]  # fmt: skip
