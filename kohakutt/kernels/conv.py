@@ -390,7 +390,10 @@ def conv_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs:
     weight = _host_weights(tt, w)
     bias = None
     if len(inputs) == 3:
-        bias = tt.from_device(tt.to_layout(tt.reshape(inputs[2], (1, 1, 1, g.c_out)), tt.ROW_MAJOR_LAYOUT))
+        if g.d == 3:  # conv3d takes a [1, 1, 1, 32, C] tile-padded bias on the device
+            bias = tt.to_layout(tt.reshape(inputs[2], (1, 1, 1, 1, g.c_out)), tt.TILE_LAYOUT)
+        else:  # conv1d / conv2d prepare a [1, 1, 1, C] host bias themselves
+            bias = tt.from_device(tt.to_layout(tt.reshape(inputs[2], (1, 1, 1, g.c_out)), tt.ROW_MAJOR_LAYOUT))
     dtype = ttnn_dtype(tt, out_specs[0].dtype)
     pads = [p for lo_hi in g.padding for p in lo_hi]  # (before, after) per dim: TT-NN's [top, bottom, left, right]
     if g.d == 3:
@@ -437,7 +440,7 @@ def conv_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs:
         if g.transposed:
             op2 = (0, *g.output_padding) if g.d == 1 else tuple(g.output_padding)
             common["padding"] = [lo for lo, _ in ((0, 0),) * (g.d == 1) + g.padding]
-            out = tt.conv_transpose2d(**common, output_padding=list(op2), mirror_kernel=True)
+            out = tt.conv_transpose2d(**common, output_padding=list(op2))
         else:
             out = tt.conv2d(**common)
     out = tt.reshape(out, (n, *g.out_spatial, g.c_out))  # TT-NN returns [1, 1, N*H*W, C]

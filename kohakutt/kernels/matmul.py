@@ -1,8 +1,9 @@
 """The matmul family on each backend: the simulator's model of TT-NN's matmul kernels, and the TT-NN calls.
 
-The engine, :func:`card_matmul`, takes the products from ``cardmath.fidelity_operands`` (what the multiplier sees at
-a fidelity) and runs them through torch's CPU matmul: an fp32 DST is one fp32 matmul per folded phase group; a bf16
-DST is accumulated in K blocks of :data:`K_BLOCK` values, each block summed in fp32 and DST rounded to bf16 after it.
+The engine, :func:`card_matmul`, takes the operands as the multiplier sees them at a fidelity (cardmath's phases,
+folded into as few exact products as possible) and runs them through torch's CPU matmul: an fp32 DST is one fp32
+matmul per folded phase group; a bf16 DST is accumulated in K blocks of :data:`K_BLOCK` values, each block summed in
+fp32 and DST rounded to bf16 after it (see ``kohakutt/ir/defs/matmul.py`` for how this compares with the card).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ convolution per kernel row, accumulated with a bf16 rounding after each row.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -112,19 +114,27 @@ def test_conv_fp32_dst_matches_float64(dev, name, xs, ws, attrs):
 
 
 def _row_blocked_reference(x, w, **attrs):
-    """bf16 DST per kernel row: float64 convolution of each kernel row, DST rounded to bf16 after each."""
+    """bf16 DST per kernel row (all leading kernel indices): a float64 convolution of each row, then DST rounded."""
     acc = None
-    for i in range(w.shape[2]):
+    for idx in itertools.product(*(range(k) for k in w.shape[2:-1])):
         wi = np.zeros_like(w)
-        wi[:, :, i] = w[:, :, i]
+        wi[(slice(None), slice(None), *idx)] = w[(slice(None), slice(None), *idx)]
         part = torch_conv(x, wi, **attrs)
         acc = round_bfloat16(((0 if acc is None else acc) + part).astype(np.float32)).astype(np.float64)
     return acc
 
 
-@pytest.mark.parametrize("attrs", [{"padding": 1}, {"stride": (2, 1), "padding": 1}, {"groups": 2, "dilation": 2}])
-def test_bf16_dst_accumulates_per_kernel_row(dev, attrs):
-    x, w = bf16(2, 4, 12, 10), bf16(6, 4 // attrs.get("groups", 1), 3, 3)
+@pytest.mark.parametrize(
+    "attrs, spatial",
+    [
+        ({"padding": 1}, (12, 10)),
+        ({"stride": (2, 1), "padding": 1}, (12, 10)),
+        ({"groups": 2, "dilation": 2}, (12, 10)),
+        ({"groups": 2, "padding": 1}, (5, 6, 5)),
+    ],
+)
+def test_bf16_dst_accumulates_per_kernel_row(dev, attrs, spatial):
+    x, w = bf16(2, 4, *spatial), bf16(6, 4 // attrs.get("groups", 1), *(3,) * len(spatial))
     got = run_conv(dev, x, w, **attrs)  # bf16 operands: TT-NN's default, HiFi4 with a bf16 DST
     ref = _row_blocked_reference(x, w, **attrs)
     ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(ref), 1e-30))) - 7)

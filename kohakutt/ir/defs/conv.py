@@ -234,6 +234,7 @@ define(
     doc="The gradients (grad_input, grad_weight, grad_bias) of conv for grad_out, with conv's attributes; an "
     "output whose output_mask entry is False comes back empty, shape (0,). Numerics: three implicit GEMMs "
     "with conv's products at the scope's fidelity (grad_out in SrcB); grad_input accumulates as conv does, "
-    "grad_weight and grad_bias sum over the batch with a bf16 DST rounded once per batch entry (fp32 DST "
-    "for float32 operands); results rounded to the output dtype.",
+    "grad_weight sums over the batch with a bf16 DST rounded once per batch entry, grad_bias is the reduce "
+    "unit's sum (bf16 DST rounded per 32-value tile); fp32 DST for float32 operands or fp32_acc=True; results "
+    "rounded to the output dtype.",
 )

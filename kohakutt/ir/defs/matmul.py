@@ -7,8 +7,10 @@ bfloat4_b), at HiFi4 when both are float32; ``fp32_dest_acc_en`` is on exactly w
 fp32_acc unset (``None``): :func:`matmul_numerics` fills them from the operand dtypes that way, and a
 ``kohakutt.numerics(...)`` scope overrides either. The card's products are modelled by ``cardmath``: in0 in SrcB,
 in1 in SrcA (TF32 source registers, fidelity phases); an fp32 DST sums in fp32, a bf16 DST is modelled as rounding
-to bf16 once per K block of 64 values (two K tiles, TT-NN's default ``in0_block_w`` of 2; the card also rounds after
-each 16-wide MVMUL of each phase inside a block, so the simulated bf16-accumulation error is a lower bound).
+to bf16 once per K block of 128 values (4 K tiles). The card rounds more often: TT-NN's default ``in0_block_w`` is 2
+tiles (each block packed and L1-accumulated in bf16), and inside a block DST is rounded after each 16-wide MVMUL of
+each fidelity phase. The coarser block keeps the simulator within 2x of a CPU fp32 matmul; the simulated
+bf16-accumulation error is therefore a lower bound of the card's.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ OUTER_DEFAULT = Numerics(Fidelity.HiFi4, None, False)  # ttnn.outer is an elemen
 NUMERICS_NOTE = (
     "Numerics: TT-NN's matmul defaults by dtype (HiFi2; LoFi when both operands are block floats; HiFi4 when both "
     "are float32; fp32 accumulation exactly when the output is float32), products as the FPU forms them at the "
-    "fidelity (in0 in SrcB, in1 in SrcA, float32 truncated to TF32), a bf16 DST rounded once per 64-value K block; "
+    "fidelity (in0 in SrcB, in1 in SrcA, float32 truncated to TF32), a bf16 DST rounded once per 128-value K block; "
     "the result rounded to the output dtype as stored."
 )
 
