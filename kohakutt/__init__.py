@@ -37,6 +37,25 @@ __all__ = [
     "ProgramError",
     "TraceError",
     "__version__",
+    "cpu_fallback",
+    "device",
     "numerics",
     "profile",
 ]
+
+
+def device(index: int = 0):
+    """Chip ``index`` as a torch device ``tt:<index>``; the first call makes ``tt`` a torch device."""
+    from kohakutt.frontends.torch import device as _device
+
+    return _device(index)
+
+
+def cpu_fallback(enabled: bool | None = True) -> None:
+    """Let aten ops without a tt kernel run on the CPU (counted, warned once per op); ``None`` follows
+    ``KTT_CPU_FALLBACK``."""
+    from kohakutt.frontends.torch import cpu_fallback as _cpu_fallback
+    from kohakutt.frontends.torch import install
+
+    install()
+    _cpu_fallback(enabled)

@@ -1,0 +1,396 @@
+"""Element-wise aten ops: unary, binary, ternary, comparisons, activations and their backward.
+
+Each aten op maps to one IR op. Inputs are cast on the device to the dtype PyTorch computes in (its type promotion:
+``torch.result_type``), and the result is stored in the output's dtype as the card's packer does. The functional,
+``.out`` and in-place overloads share one implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from kohakutt.frontends.torch.aten.registry import Args, computed, ir
+
+aten = torch.ops.aten
+
+
+def _float(dt: torch.dtype) -> torch.dtype:
+    return dt if dt.is_floating_point else torch.get_default_dtype()
+
+
+def _overloads(packet: str, keep: Callable[[torch._C.FunctionSchema], bool] | None = None) -> list[str]:
+    """``packet``'s overloads (and its in-place ``packet_`` ones) whose arguments are all tensors and numbers."""
+    found = []
+    for p in (packet, packet + "_"):
+        if not hasattr(aten, p):
+            continue
+        pk = getattr(aten, p)
+        for ov in pk.overloads():
+            schema = getattr(pk, ov)._schema
+            if any("Dimname" in str(a.type) for a in schema.arguments):
+                continue
+            if keep is not None and not keep(schema):
+                continue
+            found.append(p if ov == "default" else f"{p}.{ov}")
+    return found
+
+
+def _register(
+    packet: str,
+    impl: Callable[[Args, list[torch.Tensor]], None],
+    ir_ops: tuple[str, ...],
+    keep: Callable[[torch._C.FunctionSchema], bool] | None = None,
+) -> None:
+    computed(*_overloads(packet, keep), ir=ir_ops)(impl)
+
+
+# ------------------------------------------------------------------------------------------------------ unary
+UNARY_FLOAT = {  # aten -> IR; integer inputs compute in the default float dtype, as PyTorch does
+    "exp": "exp",
+    "exp2": "exp2",
+    "expm1": "expm1",
+    "log": "log",
+    "log2": "log2",
+    "log10": "log10",
+    "log1p": "log1p",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "sin": "sin",
+    "cos": "cos",
+    "tan": "tan",
+    "asin": "asin",
+    "acos": "acos",
+    "atan": "atan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "tanh": "tanh",
+    "asinh": "asinh",
+    "acosh": "acosh",
+    "atanh": "atanh",
+    "erf": "erf",
+    "erfc": "erfc",
+    "erfinv": "erfinv",
+    "sigmoid": "sigmoid",
+    "reciprocal": "reciprocal",
+    "lgamma": "lgamma",
+    "digamma": "digamma",
+    "log_sigmoid": "logsigmoid",
+    "arcsin": "asin",
+    "arccos": "acos",
+    "arctan": "atan",
+    "arcsinh": "asinh",
+    "arccosh": "acosh",
+    "arctanh": "atanh",
+    "special_expit": "sigmoid",
+}
+UNARY_SAME = {  # the result keeps the input's dtype
+    "abs": "abs",
+    "neg": "neg",
+    "negative": "neg",
+    "relu": "relu",
+    "sign": "sign",
+    "floor": "floor",
+    "ceil": "ceil",
+    "trunc": "trunc",
+    "frac": "frac",
+    "square": "square",
+    "bitwise_not": "bitwise_not",
+    "silu": "silu",
+    "mish": "mish",
+    "hardsigmoid": "hardsigmoid",
+    "hardswish": "hardswish",
+    "relu6": "relu6",
+    "selu": "selu",
+    "fix": "trunc",
+    "absolute": "abs",
+}
+UNARY_BOOL = {
+    "isnan": "isnan",
+    "isinf": "isinf",
+    "isfinite": "isfinite",
+    "signbit": "signbit",
+    "logical_not": "logical_not",
+}
+
+
+def _unary(ir_op: str, compute: Callable[[Args], torch.dtype | None]) -> Callable[[Args, list[torch.Tensor]], None]:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        ir(ir_op, [a.self], None, outs, a._index, compute(a))
+
+    return impl
+
+
+for _aten, _ir in UNARY_FLOAT.items():
+    _register(_aten, _unary(_ir, lambda a: _float(a.self.dtype)), (_ir,))
+for _aten, _ir in UNARY_SAME.items():
+    _register(_aten, _unary(_ir, lambda a: a.self.dtype if a.self.dtype != torch.bool else None), (_ir,))
+for _aten, _ir in UNARY_BOOL.items():
+    _register(_aten, _unary(_ir, lambda a: None), (_ir,))
+
+
+def _round(a: Args, outs: list[torch.Tensor]) -> None:
+    ir("round", [a.self], {"decimals": a.get("decimals") or 0}, outs, a._index, a.self.dtype)
+
+
+_register("round", _round, ("round",))
+
+
+# ------------------------------------------------------------------------------------------------------ binary
+def _other(a: Args) -> Any:
+    return a["other"] if "other" in a else a["exponent"]
+
+
+def _rt(a: Args, x: str = "self", y: str = "other") -> torch.dtype:
+    return torch.result_type(a[x], a[y])
+
+
+BINARY = {  # aten -> (IR op, compute dtype rule)
+    "add": ("add", "promote"),
+    "sub": ("sub", "promote"),
+    "subtract": ("sub", "promote"),
+    "mul": ("mul", "promote"),
+    "multiply": ("mul", "promote"),
+    "maximum": ("maximum", "promote"),
+    "minimum": ("minimum", "promote"),
+    "fmax": ("fmax", "promote"),
+    "fmin": ("fmin", "promote"),
+    "remainder": ("remainder", "promote"),
+    "fmod": ("fmod", "promote"),
+    "floor_divide": ("floor_divide", "promote"),
+    "atan2": ("atan2", "float"),
+    "arctan2": ("atan2", "float"),
+    "hypot": ("hypot", "float"),
+    "copysign": ("copysign", "float"),
+    "logaddexp": ("logaddexp", "float"),
+    "logaddexp2": ("logaddexp2", "float"),
+    "xlogy": ("xlogy", "float"),
+    "heaviside": ("heaviside", "promote"),
+    "bitwise_and": ("bitwise_and", "promote"),
+    "bitwise_or": ("bitwise_or", "promote"),
+    "bitwise_xor": ("bitwise_xor", "promote"),
+    "bitwise_left_shift": ("left_shift", "promote"),
+    "bitwise_right_shift": ("right_shift", "promote"),
+    "__lshift__": ("left_shift", "promote"),
+    "__rshift__": ("right_shift", "promote"),
+    "eq": ("eq", "promote"),
+    "ne": ("ne", "promote"),
+    "lt": ("lt", "promote"),
+    "le": ("le", "promote"),
+    "gt": ("gt", "promote"),
+    "ge": ("ge", "promote"),
+    "greater": ("gt", "promote"),
+    "less": ("lt", "promote"),
+    "greater_equal": ("ge", "promote"),
+    "less_equal": ("le", "promote"),
+    "not_equal": ("ne", "promote"),
+    "logical_and": ("logical_and", None),
+    "logical_or": ("logical_or", None),
+    "logical_xor": ("logical_xor", None),
+}
+
+
+def _binary(
+    ir_op: str, rule: str | None, attrs: Callable[[Args], dict[str, Any]] | None = None
+) -> Callable[[Args, list[torch.Tensor]], None]:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        other = _other(a)
+        compute = None
+        if rule is not None:
+            compute = torch.result_type(a.self, other)
+            if rule == "float":
+                compute = _float(compute)
+        ir(ir_op, [a.self, other], attrs(a) if attrs else None, outs, a._index, compute)
+
+    return impl
+
+
+def _alpha(a: Args) -> dict[str, Any]:
+    return {"alpha": a.get("alpha", 1) if a.get("alpha") is not None else 1}
+
+
+for _aten, (_ir, _rule) in BINARY.items():
+    _register(_aten, _binary(_ir, _rule, _alpha if _ir in ("add", "sub") else None), (_ir,))
+
+
+def _div(a: Args, outs: list[torch.Tensor]) -> None:
+    mode = a.get("rounding_mode")
+    compute = torch.result_type(a.self, a.other)
+    if mode is None:
+        compute = _float(compute)
+    ir("div", [a.self, a.other], {"rounding_mode": mode}, outs, a._index, compute)
+
+
+for _p in ("div", "divide", "true_divide"):
+    _register(_p, _div, ("div",))
+
+
+def _pow(a: Args, outs: list[torch.Tensor]) -> None:
+    base, exp = a.self, a.exponent
+    ir("pow", [base, exp], None, outs, a._index, torch.result_type(base, exp))
+
+
+_register("pow", _pow, ("pow",))
+_register("float_power", lambda a, outs: ir("pow", [a.self, a.exponent], None, outs, a._index, torch.float32), ("pow",))
+
+
+def _rsub(a: Args, outs: list[torch.Tensor]) -> None:
+    compute = torch.result_type(a.self, a.other)
+    alpha = a.get("alpha")
+    if alpha is not None and alpha != 1:  # other - alpha * self
+        ir("sub", [a.other, a.self], {"alpha": alpha}, outs, a._index, compute)
+    else:
+        ir("sub", [a.other, a.self], None, outs, a._index, compute)
+
+
+_register("rsub", _rsub, ("sub",))
+
+
+# ------------------------------------------------------------------------------------------------------ ternary
+def _where_impl(a: Args, outs: list[torch.Tensor]) -> None:
+    from kohakutt.frontends.torch.aten.registry import operand
+
+    compute = outs[0].dtype
+    cond = operand(a.condition, a._index, torch.bool)
+    ir("where", [cond, a.self, a.other], None, outs, a._index, compute)
+
+
+_register("where", _where_impl, ("where",), keep=lambda s: len(s.arguments) >= 3)
+
+
+def _clamp(a: Args, outs: list[torch.Tensor]) -> None:
+    lo, hi = a.get("min"), a.get("max")
+    compute = outs[0].dtype
+    if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor):
+        ir(
+            "clamp_tensor",
+            [a.self, lo if lo is not None else float("-inf"), hi if hi is not None else float("inf")],
+            None,
+            outs,
+            a._index,
+            compute,
+        )
+    else:
+        ir("clamp", [a.self], {"min": lo, "max": hi}, outs, a._index, compute)
+
+
+for _p in ("clamp", "clip"):
+    _register(_p, _clamp, ("clamp", "clamp_tensor"))
+_register("clamp_min", lambda a, outs: _clamp(Args(a, max=None, min=a["min"]), outs), ("clamp", "clamp_tensor"))
+_register("clamp_max", lambda a, outs: _clamp(Args(a, min=None, max=a["max"]), outs), ("clamp", "clamp_tensor"))
+
+
+def _addc(op: str) -> Callable[[Args, list[torch.Tensor]], None]:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        ir(op, [a.self, a.tensor1, a.tensor2], {"value": a.get("value", 1)}, outs, a._index, outs[0].dtype)
+
+    return impl
+
+
+_register("addcmul", _addc("addcmul"), ("addcmul",))
+_register("addcdiv", _addc("addcdiv"), ("addcdiv",))
+
+
+def _lerp(a: Args, outs: list[torch.Tensor]) -> None:
+    ir("lerp", [a.self, a.end, a.weight], None, outs, a._index, outs[0].dtype)
+
+
+_register("lerp", _lerp, ("lerp",))
+
+
+# ------------------------------------------------------------------------------------------------------ activations
+def _attr_unary(ir_op: str, attrs: Callable[[Args], dict[str, Any]]) -> Callable[[Args, list[torch.Tensor]], None]:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        ir(ir_op, [a.self], attrs(a), outs, a._index, _float(a.self.dtype))
+
+    return impl
+
+
+def _scalar(x: Any) -> Any:
+    return x.item() if isinstance(x, torch.Tensor) else x
+
+
+_register("gelu", _attr_unary("gelu", lambda a: {"approximate": a.get("approximate") or "none"}), ("gelu",))
+_register(
+    "leaky_relu",
+    _attr_unary("leaky_relu", lambda a: {"negative_slope": _scalar(a.get("negative_slope", 0.01))}),
+    ("leaky_relu",),
+)
+_register(
+    "hardtanh",
+    _attr_unary(
+        "hardtanh", lambda a: {"min_val": _scalar(a.get("min_val", -1.0)), "max_val": _scalar(a.get("max_val", 1.0))}
+    ),
+    ("hardtanh",),
+)
+_register(
+    "softplus",
+    _attr_unary(
+        "softplus", lambda a: {"beta": _scalar(a.get("beta", 1.0)), "threshold": _scalar(a.get("threshold", 20.0))}
+    ),
+    ("softplus",),
+)
+_register("celu", _attr_unary("celu", lambda a: {"alpha": _scalar(a.get("alpha", 1.0))}), ("celu",))
+_register(
+    "threshold",
+    _attr_unary("threshold", lambda a: {"threshold": _scalar(a.threshold), "value": _scalar(a.value)}),
+    ("threshold",),
+)
+_register(
+    "nan_to_num",
+    _attr_unary(
+        "nan_to_num",
+        lambda a: {
+            "nan": a.get("nan") if a.get("nan") is not None else 0.0,
+            "posinf": a.get("posinf"),
+            "neginf": a.get("neginf"),
+        },
+    ),
+    ("nan_to_num",),
+)
+
+
+def _elu(a: Args, outs: list[torch.Tensor]) -> None:
+    alpha, scale, iscale = (
+        _scalar(a.get("alpha", 1.0)),
+        _scalar(a.get("scale", 1.0)),
+        _scalar(a.get("input_scale", 1.0)),
+    )
+    if scale == 1 and iscale == 1:
+        ir("elu", [a.self], {"alpha": alpha}, outs, a._index, _float(a.self.dtype))
+        return
+    x = ir("mul", [a.self, float(iscale)], None, None, a._index, _float(a.self.dtype))[0]
+    y = ir("elu", [x], {"alpha": alpha}, None, a._index)[0]
+    ir("mul", [y, float(scale)], None, outs, a._index)
+
+
+_register("elu", _elu, ("elu", "mul"))
+
+
+BACKWARD = {  # aten -> (IR op, second operand's argument name, attribute names)
+    "sigmoid_backward": ("sigmoid_backward", "output", ()),
+    "tanh_backward": ("tanh_backward", "output", ()),
+    "silu_backward": ("silu_backward", "self", ()),
+    "mish_backward": ("mish_backward", "self", ()),
+    "hardsigmoid_backward": ("hardsigmoid_backward", "self", ()),
+    "hardswish_backward": ("hardswish_backward", "self", ()),
+    "gelu_backward": ("gelu_backward", "self", ("approximate",)),
+    "leaky_relu_backward": ("leaky_relu_backward", "self", ("negative_slope",)),
+    "hardtanh_backward": ("hardtanh_backward", "self", ("min_val", "max_val")),
+    "softplus_backward": ("softplus_backward", "self", ("beta", "threshold")),
+    "threshold_backward": ("threshold_backward", "self", ("threshold",)),
+    "elu_backward": ("elu_backward", "self_or_result", ("alpha", "scale", "input_scale", "is_result")),
+}
+
+
+def _backward(ir_op: str, second: str, names: tuple[str, ...]) -> Callable[[Args, list[torch.Tensor]], None]:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        attrs = {n: _scalar(a[n]) for n in names if n in a}
+        ir(ir_op, [a.grad_output, a[second]], attrs or None, outs, a._index, outs[0].dtype)
+
+    return impl
+
+
+for _aten, (_ir, _second, _names) in BACKWARD.items():
+    _register(_aten, _backward(_ir, _second, _names), (_ir,))

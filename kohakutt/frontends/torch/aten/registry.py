@@ -1,0 +1,224 @@
+"""The table of aten kernels for ``tt``, and the generic machinery most of them share.
+
+A kernel is registered for one or more aten overloads with :func:`kernel` (a plain function with the overload's
+signature) or :func:`computed` (an ``impl(args, outs)`` that writes its results into tensors the machinery made:
+the functional, ``.out`` and in-place forms of an op then share one implementation). Output sizes, strides and
+dtypes come from PyTorch's own meta kernels, so type promotion, broadcasting and error messages are PyTorch's;
+outputs exist before the work is queued, and the call returns at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from kohakutt import kernels as kk
+from kohakutt.frontends.torch import runtime, tensors
+from kohakutt.ir.dtypes import DType
+from kohakutt.kernels.tensor import DeviceTensor
+
+aten = torch.ops.aten
+
+
+@dataclass
+class AtenKernel:
+    """One aten overload's tt implementation: ``kind`` is "kernel" (runs IR ops), "view" (metadata only) or
+    "composite" (a decomposition into other aten ops, which run on tt)."""
+
+    name: str
+    fn: Callable[..., Any]
+    kind: str = "kernel"
+    ir: tuple[str, ...] = ()
+    note: str = ""
+
+
+KERNELS: dict[str, AtenKernel] = {}
+
+
+def overload(name: str) -> torch._ops.OpOverload:
+    """``"add.Tensor"`` -> ``torch.ops.aten.add.Tensor`` (``"relu"`` means the default overload)."""
+    packet, _, ov = name.partition(".")
+    return getattr(getattr(aten, packet), ov or "default")
+
+
+def kernel(*names: str, kind: str = "kernel", ir: Sequence[str] = (), note: str = "") -> Callable:
+    """Register ``fn`` (with the overloads' own signature) for each of ``names``."""
+
+    def deco(fn: Callable) -> Callable:
+        for n in names:
+            KERNELS[n] = AtenKernel(n, fn, kind, tuple(ir), note)
+        return fn
+
+    return deco
+
+
+class Args(dict):
+    """An overload's arguments by schema name (``a.self``, ``a.other``, ...)."""
+
+    __getattr__ = dict.__getitem__
+
+
+@dataclass
+class _Binder:
+    op: torch._ops.OpOverload
+    names: list[str] = field(default_factory=list)
+    defaults: list[Any] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)
+    inplace: bool = False
+    out: bool = False
+
+    @classmethod
+    def of(cls, op: torch._ops.OpOverload) -> _Binder:
+        b = cls(op)
+        for a in op._schema.arguments:
+            b.names.append(a.name)
+            b.defaults.append(a.default_value if a.has_default_value() else None)
+            if a.alias_info is not None and a.alias_info.is_write:
+                b.writes.append(a.name)
+        b.inplace = op._schema.name.endswith("_") and "self" in b.writes
+        b.out = bool(b.writes) and not b.inplace
+        return b
+
+    def bind(self, args: tuple, kwargs: dict) -> Args:
+        a = Args(zip(self.names, self.defaults))
+        a.update(zip(self.names, args))
+        a.update(kwargs)
+        return a
+
+
+def _same_device_error(devs: Iterable[str]) -> RuntimeError:
+    a, b = sorted(set(devs))[:2]
+    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
+
+
+def to_meta(x: Any, found: set[str]) -> Any:
+    """``x`` with tt tensors replaced by meta tensors of the same sizes, strides and dtype (0-dim CPU tensors stay)."""
+    if isinstance(x, torch.Tensor):
+        if x.device.type == "tt":
+            found.add(str(x.device))
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        if x.device.type != "meta" and x.dim() != 0:
+            found.add(str(x.device))
+        return x
+    if isinstance(x, list | tuple):
+        return type(x)(to_meta(y, found) for y in x)
+    return x
+
+
+def device_index(found: set[str]) -> int:
+    tt = [d for d in found if d.startswith("tt")]
+    if len(found) > 1:
+        raise _same_device_error(found)
+    return int(tt[0].partition(":")[2] or 0) if tt else torch.tt.current_device()
+
+
+def resize_out(out: torch.Tensor, meta: torch.Tensor) -> None:
+    if out.shape != meta.shape:
+        if out.numel() != 0:
+            import warnings
+
+            warnings.warn(
+                f"An output with one or more elements was resized since it had shape {tuple(out.shape)}, "
+                f"which does not match the required output shape {tuple(meta.shape)}.",
+                stacklevel=4,
+            )
+        out.resize_(meta.shape)
+        if meta.dim() and meta.stride() != out.stride() and not meta.is_contiguous():
+            out.as_strided_(meta.shape, meta.stride())
+
+
+def computed(*names: str, ir: Sequence[str] = (), note: str = "") -> Callable:
+    """Register ``impl(args, outs)`` for the functional, ``.out`` and in-place overloads in ``names``."""
+
+    def deco(impl: Callable[[Args, list[torch.Tensor]], None]) -> Callable:
+        for n in names:
+            KERNELS[n] = AtenKernel(n, _generic(n, impl), "kernel", tuple(ir), note)
+        return impl
+
+    return deco
+
+
+def _generic(name: str, impl: Callable[[Args, list[torch.Tensor]], None]) -> Callable:
+    op = overload(name)
+    b = _Binder.of(op)
+    single = len(op._schema.returns) == 1
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        found: set[str] = set()
+        margs, mkw = to_meta(args, found), {k: to_meta(v, found) for k, v in kwargs.items()}
+        index = device_index(found)
+        meta = op(*margs, **mkw)
+        a = b.bind(args, kwargs)
+        a["_index"] = index
+        metas = [meta] if isinstance(meta, torch.Tensor) else list(meta)
+        if b.inplace:
+            outs = [a["self"]]
+        elif b.out:
+            outs = [a[w] for w in b.writes]
+            for o, m in zip(outs, metas):
+                resize_out(o, m)
+        else:
+            outs = [tensors.new_like(m, index) for m in metas]
+        impl(a, outs)
+        if b.inplace:
+            return outs[0]
+        return outs[0] if single else tuple(outs)
+
+    run.__name__ = f"tt_{name.replace('.', '_')}"
+    return run
+
+
+# ---------------------------------------------------------------------------------------------------- IR calls
+def operand(x: Any, dev_index: int, compute: torch.dtype | None = None) -> Any:
+    """A kernel operand: tt tensors as device tensors (cast to ``compute`` on the device when it differs), CPU 0-dim
+    tensors and numbers as Python scalars."""
+    if isinstance(x, torch.Tensor):
+        if x.device.type == "tt":
+            t = tensors.to_device_tensor(x)
+            if compute is not None and x.dtype != compute:
+                t = cast(t, compute, dev_index)
+            return t
+        if x.dim() == 0:
+            v = x.item()
+            if compute is not None:
+                v = float(v) if compute.is_floating_point else (bool(v) if compute is torch.bool else int(v))
+            return v
+        raise _same_device_error({f"tt:{dev_index}", str(x.device)})
+    return x
+
+
+def cast(t: DeviceTensor, dtype: torch.dtype, dev_index: int) -> DeviceTensor:
+    ir = tensors.check_dtype(dtype)
+    if t.dtype is ir:
+        return t
+    return kk.run("typecast", [t], {"dtype": ir.value}, stream=runtime.current_stream(dev_index))[0]
+
+
+def ir(
+    op: str,
+    inputs: Sequence[Any],
+    attrs: dict[str, Any] | None,
+    outs: Sequence[torch.Tensor] | None,
+    index: int,
+    compute: torch.dtype | None = None,
+) -> list[DeviceTensor]:
+    """Queue IR op ``op``; results go into ``outs`` (tt tensors, cast to their dtypes) or new device tensors."""
+    ops = [operand(x, index, compute) for x in inputs]
+    dev = runtime.device(index)
+    out = None if outs is None else [tensors.to_device_tensor(o) for o in outs]
+    if out is not None and any(0 in o.shape for o in out):
+        return out  # nothing to compute into an empty output
+    return kk.run(op, ops, attrs, out=out, device=dev, stream=runtime.current_stream(index))
+
+
+def wrap(t: DeviceTensor, index: int) -> torch.Tensor:
+    """A new tt tensor holding a copy of device tensor ``t`` (for results the op library allocated)."""
+    from kohakutt.frontends.torch.tensors import FROM_IR
+
+    res = tensors.new(
+        t.shape, None, FROM_IR.get(t.dtype, torch.float32) if t.dtype is not DType.INT64 else torch.int64, index
+    )
+    ir("copy", [t], None, [res], index)
+    return res

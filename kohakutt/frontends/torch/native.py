@@ -1,0 +1,134 @@
+"""The torch glue in ``native/torch/ktt_torch.cpp``, built for the installed torch and loaded with ctypes.
+
+PyTorch makes storages by device through a c10 allocator, and only C++ can install one. The glue is one small file
+built against the installed torch's headers (no pybind, no ``torch/extension.h``: about 5 s with g++), cached at
+``<cache>/torch/<key>/libktt_torch.so`` where ``key`` hashes the source, the torch version and the compiler, so an
+upgrade of torch builds a new library. Everything the glue does is decided by one Python callback (``runtime.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+from kohakutt import config
+from kohakutt.errors import KohakuTTError
+
+SOURCE = Path(__file__).resolve().parents[3] / "native" / "torch" / "ktt_torch.cpp"
+LIBRARY_NAME = "libktt_torch.so"
+CXXFLAGS = ("-std=c++20", "-O2", "-fPIC", "-shared", "-Wno-deprecated-declarations")
+
+CALLBACK = ctypes.CFUNCTYPE(
+    ctypes.c_int64, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64
+)
+
+
+class TorchGlueError(KohakuTTError):
+    """The torch glue cannot be built or loaded (no C++ compiler, a failed compile, a missing source)."""
+
+
+def find_compiler(cxx: str | None = None) -> list[str]:
+    """The C++ compiler command: ``cxx`` (knob ``KTT_CXX``) or the first of c++, g++, clang++ on PATH."""
+    if cxx:
+        argv = shlex.split(cxx)
+        if argv and shutil.which(argv[0]):
+            return argv
+        raise TorchGlueError(f"KTT_CXX={cxx!r} names no compiler on PATH; set it to a C++20 compiler or unset it")
+    for name in ("c++", "g++", "clang++"):
+        if shutil.which(name):
+            return [name]
+    raise TorchGlueError(
+        "no C++ compiler found (tried c++, g++, clang++): the tt device needs a small C++ file built against the "
+        "installed torch (a c10 allocator, once per torch version). Install one (`apt-get install g++`) or set KTT_CXX"
+    )
+
+
+def _torch_dirs() -> tuple[Path, Path]:
+    root = Path(torch.__file__).resolve().parent
+    return root / "include", root / "lib"
+
+
+def build_key(compiler: list[str]) -> str:
+    h = hashlib.sha256()
+    h.update(SOURCE.read_bytes())
+    h.update(torch.__version__.encode() + b"\0" + str(_torch_dirs()[0]).encode())
+    h.update("\0".join([shutil.which(compiler[0]) or compiler[0], *compiler[1:], *CXXFLAGS]).encode())
+    try:
+        version = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise TorchGlueError(f"cannot run the C++ compiler {compiler[0]!r}: {e}; install g++ or set KTT_CXX") from e
+    h.update(version.encode())
+    return f"torch-{torch.__version__.split('+')[0]}-{h.hexdigest()[:16]}"
+
+
+def build(root: Path, compiler: list[str]) -> Path:
+    """Build the glue under ``root`` unless a complete one is there; return its path."""
+    if not SOURCE.exists():
+        raise TorchGlueError(
+            f"{SOURCE} is missing: the tt device ships its C++ glue as source next to the package; "
+            "use a repository checkout or an editable install (pip install -e .)"
+        )
+    target = root / build_key(compiler) / LIBRARY_NAME
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    include, lib = _torch_dirs()
+    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        cmd = [
+            *compiler,
+            *CXXFLAGS,
+            f"-I{include}",
+            f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}",
+            "-D_GLIBCXX_USE_CXX11_ABI=" + str(int(torch.compiled_with_cxx11_abi())),
+            "-o",
+            tmp,
+            str(SOURCE),
+            f"-L{lib}",
+            "-lc10",
+            "-ltorch_cpu",
+            f"-Wl,-rpath,{lib}",
+        ]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise TorchGlueError(f"cannot run the C++ compiler {compiler[0]!r}: {e}; install g++ or set KTT_CXX") from e
+        if done.returncode != 0:
+            raise TorchGlueError(
+                f"building the tt device's torch glue failed ({shlex.join(cmd)}):\n"
+                f"{done.stderr.strip()[-4000:]}\nfix the compiler set-up or set KTT_CXX"
+            )
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)  # atomic: racing builds both load a complete library
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+@functools.cache
+def load() -> ctypes.CDLL:
+    """The glue library (built on first use), with its functions' signatures set."""
+    path = build(config.cache_dir() / "torch", find_compiler(config.get("KTT_CXX")))
+    try:
+        lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        raise TorchGlueError(f"cannot load the torch glue {path}: {e}; delete that folder to rebuild it") from e
+    lib.ktt_torch_install.argtypes = [CALLBACK]
+    lib.ktt_torch_install.restype = None
+    lib.ktt_torch_set_error.argtypes = [ctypes.c_char_p]
+    lib.ktt_torch_set_error.restype = None
+    lib.ktt_torch_uninstall.argtypes = []
+    lib.ktt_torch_current_device.restype = ctypes.c_int
+    lib.ktt_torch_current_stream.argtypes = [ctypes.c_int]
+    lib.ktt_torch_current_stream.restype = ctypes.c_int64
+    return lib

@@ -1,0 +1,215 @@
+"""What the torch glue asks the HAL for: one callback answering allocator, stream, event and statistics requests.
+
+torch's ``tt:<i>`` is HAL chip ``i``. A storage is a raw HAL buffer whose synthetic address is the storage's data
+pointer, so every torch tensor maps to (buffer, byte offset) with :func:`buffer_of`. Streams and events get small
+integer ids that the glue keeps in c10 ``Stream`` / event handles. Frees are queued on the chip's current stream
+(work already queued may still read the storage) and never synchronize: they can come from any thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import traceback
+from typing import Any
+
+from kohakutt import hal
+from kohakutt.errors import BufferUseError, DeviceError
+from kohakutt.frontends.torch import native
+from kohakutt.hal.buffer import Buffer
+from kohakutt.hal.device import Device
+from kohakutt.hal.stream import Event, Stream
+
+ALLOC, FREE, COPY, SYNC_DEVICE, STREAM_SYNC, STREAM_QUERY, EVENT_RECORD, EVENT_BLOCK, EVENT_QUERY, EVENT_SYNC = range(
+    1, 11
+)
+EVENT_DESTROY, EVENT_ELAPSED_US, DEVICE_COUNT, STATS, RESET_PEAK, EMPTY_CACHE, MEMORY_INFO, NEW_STREAM = range(11, 19)
+RESET_ACCUMULATED = 19
+
+_lock = threading.RLock()
+_devices: dict[int, Device] = {}
+_buffers: dict[int, Buffer] = {}  # data pointer -> the storage's buffer
+_streams: dict[tuple[int, int], Stream] = {}  # (chip, id) -> stream; id 0 is the chip's default stream
+_stream_ids: dict[int, tuple[int, int]] = {}  # id(stream) -> (chip, id)
+_events: dict[int, Event] = {}
+_event_ids = itertools.count(1)
+_stream_counter = itertools.count(1)
+_lib: Any = None
+_callback: Any = None
+_accumulated: dict[int, tuple[int, int]] = {}  # chip -> (allocs, frees) at the last reset
+
+
+def device(index: int) -> Device:
+    """The open HAL device behind ``tt:<index>`` (opened on first use, kept open until exit)."""
+    dev = _devices.get(index)
+    if dev is None or dev.closed:
+        with _lock:
+            dev = _devices.get(index)
+            if dev is None or dev.closed:
+                dev = hal.open_device(index)
+                _devices[index] = dev
+                _streams[(index, 0)] = dev.default_stream
+                _stream_ids[id(dev.default_stream)] = (index, 0)
+    return dev
+
+
+def current_stream(index: int) -> Stream:
+    sid = _lib.ktt_torch_current_stream(index) if _lib is not None else 0
+    return _streams.get((index, sid)) or device(index).default_stream
+
+
+def stream_by_id(index: int, sid: int) -> Stream:
+    try:
+        return _streams[(index, sid)]
+    except KeyError:
+        raise DeviceError(f"tt:{index} has no stream {sid}; make streams with torch.tt.Stream()") from None
+
+
+def stream_id(stream: Stream) -> tuple[int, int]:
+    return _stream_ids[id(stream)]
+
+
+def new_stream(index: int) -> int:
+    s = device(index).new_stream()
+    sid = next(_stream_counter)
+    with _lock:
+        _streams[(index, sid)] = s
+        _stream_ids[id(s)] = (index, sid)
+    return sid
+
+
+def buffer_of(ptr: int) -> tuple[Buffer, int]:
+    """The HAL buffer holding data pointer ``ptr`` and the byte offset of ``ptr`` in it."""
+    buf = _buffers.get(ptr)
+    if buf is not None:
+        return buf, 0
+    for dev in list(_devices.values()):
+        try:
+            return dev.buffer_at(ptr)
+        except BufferUseError:
+            continue
+    raise BufferUseError(f"address {ptr:#x} is not a live tt storage (was its device closed?)")
+
+
+def _alloc(index: int, nbytes: int) -> int:
+    dev = device(index)
+    buf = dev.allocate(nbytes)
+    _buffers[buf.data_ptr] = buf
+    return buf.data_ptr
+
+
+def _free(ptr: int) -> None:
+    buf = _buffers.pop(ptr, None)
+    if buf is None or not buf.is_live or buf.device.closed:
+        return
+    buf.device.free(buf, current_stream(buf.device.chip_id))
+
+
+def _copy(dst: int, src: int, nbytes: int) -> None:
+    if nbytes == 0:
+        return
+    sbuf, soff = buffer_of(src)
+    dbuf, doff = buffer_of(dst)
+    dev = dbuf.device
+    dev.copy(sbuf, dbuf, src_offset=soff, dst_offset=doff, nbytes=nbytes, stream=current_stream(dev.chip_id))
+
+
+def _stats(index: int, which: int) -> int:
+    st = device(index).memory_stats()
+    base = _accumulated.get(index, (0, 0))
+    return [
+        st["allocated_bytes"],
+        st["peak_allocated_bytes"],
+        st["reserved_bytes"],
+        st["peak_reserved_bytes"],
+        st["num_allocs"] - base[0],
+        st["num_frees"] - base[1],
+    ][which]
+
+
+def _event_record(handle: int, index: int, sid: int) -> int:
+    eid = handle or next(_event_ids)
+    ev = Event()
+    stream_by_id(index, sid).record_event(ev)
+    _events[eid] = ev
+    return eid
+
+
+def _dispatch(op: int, a: int, b: int, c: int, d: int) -> int:
+    if op == ALLOC:
+        return _alloc(a, b)
+    if op == FREE:
+        _free(a)
+    elif op == COPY:
+        _copy(a, b, c)
+    elif op == SYNC_DEVICE:
+        device(a).synchronize()
+    elif op == STREAM_SYNC:
+        stream_by_id(a, b).synchronize()
+    elif op == STREAM_QUERY:
+        return int(stream_by_id(a, b).query())
+    elif op == EVENT_RECORD:
+        return _event_record(a, b, c)
+    elif op == EVENT_BLOCK:
+        ev = _events.get(a)
+        if ev is not None:
+            stream_by_id(b, c).wait_event(ev)
+    elif op == EVENT_QUERY:
+        ev = _events.get(a)
+        return int(ev is None or ev.query())
+    elif op == EVENT_SYNC:
+        ev = _events.get(a)
+        if ev is not None:
+            ev.synchronize()
+    elif op == EVENT_DESTROY:
+        _events.pop(a, None)
+    elif op == EVENT_ELAPSED_US:
+        start, end = _events.get(a), _events.get(b)
+        if start is None or end is None:
+            raise DeviceError("elapsed_time needs two recorded events")
+        return round(start.elapsed_ms(end) * 1e3)  # microseconds: the glue divides by 1000
+    elif op == DEVICE_COUNT:
+        return hal.device_count()
+    elif op == STATS:
+        return _stats(a, b)
+    elif op == RESET_PEAK:
+        device(a).allocator.reset_peak()
+    elif op == EMPTY_CACHE:
+        pass  # no cache: freed buffers go straight back to the allocator
+    elif op == MEMORY_INFO:
+        st = device(a).memory_stats()
+        return st["dram.free_bytes"] if b == 0 else st["dram.capacity_bytes"]
+    elif op == NEW_STREAM:
+        return new_stream(a)
+    elif op == RESET_ACCUMULATED:
+        st = device(a).memory_stats()
+        _accumulated[a] = (st["num_allocs"], st["num_frees"])
+    return 0
+
+
+def _entry(op: int, a: int, b: int, c: int, d: int) -> int:
+    try:
+        return _dispatch(op, a, b, c, d)
+    except BaseException as e:  # never let an exception cross into C++: hand it over as a message
+        msg = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        if not isinstance(e, Exception):
+            msg += "\n" + traceback.format_exc()
+        _lib.ktt_torch_set_error(msg.encode("utf-8", "replace"))
+        return 0
+
+
+def install() -> None:
+    """Load the glue and route it here. Idempotent."""
+    global _lib, _callback
+    if _lib is not None:
+        return
+    lib = native.load()
+    _callback = native.CALLBACK(_entry)  # kept alive for the process
+    lib.ktt_torch_install(_callback)
+    _lib = lib
+
+
+def uninstall() -> None:
+    """At exit: later frees from torch become no-ops (the HAL closes the chips itself)."""
+    if _lib is not None:
+        _lib.ktt_torch_uninstall()
