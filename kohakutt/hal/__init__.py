@@ -10,6 +10,17 @@ from kohakutt.hal.card import P150A, CardSpec
 from kohakutt.hal.device import PROFILER, Device, backend_choice, device_count, open_device, open_devices
 from kohakutt.hal.layout import Format, Layout, MemoryKind, padded_shape, tile_count
 from kohakutt.hal.profiler import Profile, ProfileRecord
+from kohakutt.hal.program import (
+    CircularBuffer,
+    CoreRange,
+    CoreRangeSet,
+    Kernel,
+    MathFidelity,
+    Program,
+    Semaphore,
+    Work,
+    split_work,
+)
 from kohakutt.hal.stream import Command, Event, Stream
 from kohakutt.hal.trace import Trace
 
@@ -33,7 +44,8 @@ def profile() -> Iterator[Profile]:
 
 
 __all__ = [
-    "P150A", "Buffer", "CardSpec", "Command", "Device", "Event", "Format", "Layout", "MemoryKind", "Profile",
-    "ProfileRecord", "Stream", "Trace", "backend_choice", "device_count", "open_device", "open_devices",
-    "padded_shape", "profile", "tile_count",
+    "P150A", "Buffer", "CardSpec", "CircularBuffer", "Command", "CoreRange", "CoreRangeSet", "Device", "Event",
+    "Format", "Kernel", "Layout", "MathFidelity", "MemoryKind", "Profile", "ProfileRecord", "Program", "Semaphore",
+    "Stream", "Trace", "Work", "backend_choice", "device_count", "open_device", "open_devices", "padded_shape",
+    "profile", "split_work", "tile_count",
 ]

@@ -191,13 +191,19 @@ class Device:
         (stream or self.current_stream).enqueue(cmd)
 
     def synchronize(self) -> None:
-        """Wait for every stream; raise the first queued error, naming its command."""
+        """Wait for every stream, then for the chip itself (the backend's own queues); raise the first queued error,
+        naming its command."""
         from kohakutt.plugins import plugin_manager
 
         errors = []
         for s in self._streams:
             try:
                 s.synchronize()
+            except Exception as e:
+                errors.append(e)
+        if not self._closed:
+            try:
+                self.backend.synchronize()
             except Exception as e:
                 errors.append(e)
         if errors:

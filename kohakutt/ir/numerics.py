@@ -11,27 +11,42 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from enum import IntEnum
+from numbers import Integral
+from typing import Any
 
 from kohakutt.errors import ConfigError
 
 
 class Fidelity(IntEnum):
-    """How many multiplier passes a matmul or FPU multiply takes (more passes, more product bits)."""
+    """Math fidelity: how many multiplier passes (phases) a matmul or FPU multiply takes (more passes, more product
+    bits). The value is ``phases - 1``. The one fidelity enum above the HAL (``kohakutt.kernels.cardmath`` uses it)."""
 
     LoFi = 0
     HiFi2 = 1
     HiFi3 = 2
     HiFi4 = 3
 
+    @property
+    def phases(self) -> int:
+        return int(self) + 1
+
     @classmethod
-    def of(cls, value: Fidelity | str | int) -> Fidelity:
-        if isinstance(value, str):
+    def of(cls, value: Any) -> Fidelity:
+        """A Fidelity from a member of this or any enum with the same names (TT-NN's ``MathFidelity``, the HAL's), a
+        name (``"HiFi2"``, case-insensitive) or this enum's value 0..3. TT-Metal numbers its ``MathFidelity`` 0, 2, 3,
+        4: pass those by name, as a bare 2 here means HiFi3."""
+        if isinstance(value, cls):
+            return value
+        name = value if isinstance(value, str) else getattr(value, "name", None)
+        if isinstance(name, str):
             for f in cls:
-                if f.name.lower() == value.strip().lower():
+                if f.name.lower() == name.strip().lower():
                     return f
-        elif isinstance(value, int) and 0 <= value <= 3:
-            return cls(value)
-        raise ConfigError(f"unknown fidelity {value!r}; use 'LoFi', 'HiFi2', 'HiFi3', 'HiFi4' (or 0..3)")
+        elif isinstance(value, Integral) and not isinstance(value, bool) and 0 <= value <= 3:
+            return cls(int(value))
+        raise ConfigError(
+            f"unknown fidelity {value!r}: the math fidelity is 'LoFi', 'HiFi2', 'HiFi3' or 'HiFi4' (or 0..3)"
+        )
 
 
 @dataclass(frozen=True)

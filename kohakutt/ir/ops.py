@@ -183,20 +183,34 @@ def norm_dims(dims: int | Sequence[int] | None, ndim: int, op: str = "op") -> tu
     return out if out or ndim else ()
 
 
+def output_layout(dtype: DType, inputs: Sequence[Spec]) -> Layout:
+    """The layout of an element-wise result of ``dtype`` from ``inputs``: tile if any tensor input is tile, else row
+    major. TT-NN's unary ops keep their input's layout and its binary ops take and give tile tensors, so a tile input
+    means a tile result either way. Block floats exist only as tiles, int64 only row major (no int64 tiles)."""
+    if dtype.is_block:
+        return Layout.TILE
+    if dtype is DType.INT64:
+        return Layout.ROW_MAJOR
+    tile = any(isinstance(s, TensorSpec) and s.layout is Layout.TILE for s in inputs)
+    return Layout.TILE if tile else Layout.ROW_MAJOR
+
+
 def same(index: int = 0, dtype: DType | None = None) -> Infer:
-    """The output is like input ``index`` (optionally with another dtype)."""
+    """The output is like input ``index``: its shape, dtype (or ``dtype``) and layout (see :func:`output_layout`)."""
 
     def infer(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
         s = inputs[index]
         if not isinstance(s, TensorSpec):
             raise ShapeError("this operand must be a tensor, not a Python number")
-        return [TensorSpec(s.shape, dtype or s.dtype)]
+        out = dtype or s.dtype
+        return [TensorSpec(s.shape, out, output_layout(out, [s]))]
 
     return infer
 
 
 def elementwise(dtype: DType | Callable[[DType], DType] | None = None) -> Infer:
-    """Broadcast every operand; the dtype is the promoted one, or fixed, or a function of the promoted one."""
+    """Broadcast every operand; the dtype is the promoted one, or fixed, or a function of the promoted one; the
+    layout is tile if any tensor operand is tile (see :func:`output_layout`)."""
 
     def infer(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
         dts = tensor_dtypes(inputs)
@@ -205,7 +219,7 @@ def elementwise(dtype: DType | Callable[[DType], DType] | None = None) -> Infer:
         shape = broadcast_shapes(*(s.shape for s in inputs))
         base = promote(*dts)
         out = base if dtype is None else dtype(base) if callable(dtype) else dtype
-        return [TensorSpec(shape, out)]
+        return [TensorSpec(shape, out, output_layout(out, inputs))]
 
     return infer
 

@@ -28,7 +28,6 @@ Not modelled: denormal flushing, the FPU's non-IEEE Inf / NaN handling, stochast
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -38,6 +37,7 @@ import numpy.typing as npt
 import torch
 
 from kohakutt.errors import ConfigError, FormatError, KohakuTTUnsupportedOperator
+from kohakutt.ir.numerics import Fidelity  # the IR's enum, importable from here too
 
 TILE = 32
 MVMUL_K = 16  # products one MVMUL sums in FP32 before adding them to DST
@@ -47,35 +47,6 @@ _BF16 = 0xFFFF0000  # FP32 -> BF16 source register (16-bit DST): the low 16 bits
 _SRCA_HI = 0xFFF80000  # SrcA, even phases: sign, exponent, implicit 1 and the top 4 mantissa bits
 _SRCA_ALL = 0xFFFFC000  # SrcA, both phases: the top 9 mantissa bits (the TF32 LSB is never multiplied)
 _SRCB_HI = 0xFFFE0000  # SrcB, phases 0-1: sign, exponent, implicit 1 and the top 6 mantissa bits
-
-
-class Fidelity(enum.IntEnum):
-    """Math fidelity: how many multiplier passes (phases) the FPU runs. The value is ``phases - 1``."""
-
-    LoFi = 0
-    HiFi2 = 1
-    HiFi3 = 2
-    HiFi4 = 3
-
-    @property
-    def phases(self) -> int:
-        return int(self) + 1
-
-    @classmethod
-    def of(cls, value: Any) -> Fidelity:
-        """A Fidelity from a member of this or any enum with the same names (``kohakutt.ir.numerics.Fidelity``,
-        TT-NN's ``MathFidelity``), a name (``"HiFi2"``, case-insensitive) or this enum's value 0..3. TT-Metal numbers
-        its ``MathFidelity`` 0, 2, 3, 4: pass those by name, as a bare 2 here means HiFi3."""
-        if isinstance(value, cls):
-            return value
-        name = value if isinstance(value, str) else getattr(value, "name", None)
-        if isinstance(name, str):
-            for member in cls:
-                if member.name.lower() == name.strip().lower():
-                    return member
-        elif isinstance(value, int | np.integer) and not isinstance(value, bool) and 0 <= value <= 3:
-            return cls(int(value))
-        raise ConfigError(f"unknown math fidelity {value!r}: use 'LoFi', 'HiFi2', 'HiFi3', 'HiFi4' (or 0..3)")
 
 
 # ---------------------------------------------------------------------------------------------------------- bits
@@ -95,6 +66,20 @@ def _low(full: np.ndarray, high: np.ndarray) -> np.ndarray:
     """``full - high``: the bits of ``full`` below ``high``'s, as a value (exact); 0 where ``full`` is Inf or NaN."""
     with np.errstate(invalid="ignore"):
         return np.where(np.isfinite(full), full - high, np.float32(0.0))
+
+
+def _finite_only(x: np.ndarray) -> np.ndarray:
+    """``x`` with Inf and NaN replaced by 0 (``x`` itself when it is all finite)."""
+    finite = np.isfinite(x)
+    return x if finite.all() else np.where(finite, x, np.float32(0.0))
+
+
+def _special_in_first(pairs: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Phase products with Inf / NaN carried by the first pair only. The first pair multiplies the operands' high
+    parts, which keep Inf and NaN and are nonzero for every normal number, so its product alone has IEEE special
+    values (Inf * finite nonzero = Inf, Inf * 0 = NaN); in later pairs a special value would meet a part that is 0
+    only because the other operand has no bits there (Inf * 0 = NaN where the card gives Inf), so it becomes 0."""
+    return pairs[:1] + [(_finite_only(x), _finite_only(y)) for x, y in pairs[1:]]
 
 
 def _round_bf16_(x: np.ndarray) -> np.ndarray:
@@ -159,21 +144,31 @@ def fidelity_operands(
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """One ``(a_part, b_part)`` pair per fidelity phase, in phase order: what the multiplier really sees. The sum over
     phases of ``a_part @ b_part`` (``op="matmul"``: a = in0 in SrcB, b = in1 in SrcA) or of ``a_part * b_part``
-    (``op="eltwise"``: a = in0 in SrcA, b = in1 in SrcB) is the FPU's product. Parts of Inf / NaN are 0."""
+    (``op="eltwise"``: a = in0 in SrcA, b = in1 in SrcB) is the FPU's product. Inf and NaN appear only in phase 0's
+    pair (as themselves); in later phases their parts are 0, so the phase sum follows IEEE (Inf * 1 = Inf)."""
     fid = Fidelity.of(fidelity)
     a, b = _f32(a), _f32(b)
     if op == "matmul":
         srcb, srca = _srcb_parts(a, fp32_acc), _srca_parts(b, fp32_acc)
-        return [(srcb[p >> 1], srca[p & 1]) for p in range(fid.phases)]
+        return _special_in_first([(srcb[p >> 1], srca[p & 1]) for p in range(fid.phases)])
     if op == "eltwise":
         srca, srcb = _srca_parts(a, fp32_acc), _srcb_parts(b, fp32_acc)
-        return [(srca[p & 1], srcb[p >> 1]) for p in range(fid.phases)]
+        return _special_in_first([(srca[p & 1], srcb[p >> 1]) for p in range(fid.phases)])
     raise ConfigError(f"fidelity_operands: op must be 'matmul' or 'eltwise', not {op!r}")
 
 
-def _merged_operands(a: np.ndarray, b: np.ndarray, fid: Fidelity, fp32_acc: bool) -> list[tuple[np.ndarray, ...]]:
-    """The matmul's phases folded into as few products as possible (in0 in SrcB, in1 in SrcA): phases 0 and 1 share
-    SrcB's top bits, so they multiply it by the whole SrcA value; HiFi4 multiplies both whole values."""
+def merged_operands(
+    a: npt.ArrayLike, b: npt.ArrayLike, fidelity: Any, fp32_acc: bool = True
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The operand pairs of ``a @ b`` (in0 = ``a`` in SrcB, in1 = ``b`` in SrcA) at ``fidelity``, with the phases
+    folded into as few exact products as possible: the sum over pairs of ``x @ y`` equals the sum of
+    :func:`fidelity_operands`' phase products (so also for element-wise ``x * y``; the masks are element-wise and the
+    operands keep their shapes). Phases 0 and 1 share SrcB's top bits, so they multiply them by the whole SrcA value;
+    HiFi4 multiplies both whole source-register values; HiFi3 adds SrcB's low bits times SrcA's top bits. LoFi, HiFi2
+    and HiFi4 give one pair, HiFi3 two. Inf and NaN are carried by the first pair only, as in
+    :func:`fidelity_operands`."""
+    fid = Fidelity.of(fidelity)
+    a, b = _f32(a), _f32(b)
     src = _TF32 if fp32_acc else _BF16
     if fid == Fidelity.LoFi:
         return [(_masked(a, _SRCB_HI & src), _masked(b, _SRCA_HI & src))]
@@ -183,7 +178,7 @@ def _merged_operands(a: np.ndarray, b: np.ndarray, fid: Fidelity, fp32_acc: bool
     if fid == Fidelity.HiFi4:
         return [(_masked(a, src), b_all)]
     b_high, b_low = _srcb_parts(a, fp32_acc)
-    return [(b_high, b_all), (b_low, _masked(b, _SRCA_HI & src))]
+    return _special_in_first([(b_high, b_all), (b_low, _masked(b, _SRCA_HI & src))])
 
 
 # -------------------------------------------------------------------------------------------------------- matmul
@@ -236,7 +231,7 @@ def _matmul_bf16_dst(a: np.ndarray, b: np.ndarray, fid: Fidelity, k_block: int |
     if k_block is None:  # every MVMUL: per K tile, per phase, per 16-wide half
         pairs, width = fidelity_operands(a, b, fid, fp32_acc=False), MVMUL_K
     else:  # the coarse model: each block of 32 * k_block K values is summed in FP32, then rounded once
-        pairs, width = _merged_operands(a, b, fid, fp32_acc=False), TILE * k_block
+        pairs, width = merged_operands(a, b, fid, fp32_acc=False), TILE * k_block
     chunks = max(1, -(-k // width))
     out = np.empty((m, n), dtype=np.float32)
     rows = max(1, min(m, (1 << 24) // max(1, len(pairs) * chunks * n)))
@@ -277,7 +272,7 @@ def matmul(
     if k_block is not None and (not isinstance(k_block, int) or k_block < 1):
         raise ConfigError(f"matmul: k_block must be a positive number of K tiles or None, not {k_block!r}")
     if fp32_acc:
-        pairs = _merged_operands(a, b, fid, fp32_acc=True)
+        pairs = merged_operands(a, b, fid, fp32_acc=True)
         out = _mm(*pairs[0])
         for x, y in pairs[1:]:
             out += _mm(x, y)
@@ -309,7 +304,8 @@ def multiply(a: npt.ArrayLike, b: npt.ArrayLike, *, fidelity: Any, fp32_acc: boo
     DST in turn (ELWMUL). Returns DST (FP32, or BF16 values when ``fp32_acc=False``) before storage rounding."""
     a, b = np.broadcast_arrays(_f32(a), _f32(b))
     pairs = fidelity_operands(a, b, fidelity, op="eltwise", fp32_acc=fp32_acc)
-    return _into_dst((x * y for x, y in pairs), fp32_acc)
+    with np.errstate(invalid="ignore", over="ignore"):  # Inf * 0 = NaN and overflow to Inf are the card's results
+        return _into_dst((x * y for x, y in pairs), fp32_acc)
 
 
 def add(a: npt.ArrayLike, b: npt.ArrayLike, *, fp32_acc: bool = True) -> np.ndarray:
@@ -361,8 +357,9 @@ def reduce_sum(
     x = _f32(x)
     ax = _axes(x.ndim, axes)
     pairs = fidelity_operands(x, np.float32(scaler), fidelity, op="eltwise", fp32_acc=fp32_acc)
-    scaled = _into_dst((p * s for p, s in pairs), fp32_acc=True)
-    partial = _tiles_last(scaled, ax).sum(axis=-1, dtype=np.float32)  # (..., T) per-tile sums in FP32
+    with np.errstate(invalid="ignore", over="ignore"):  # Inf - Inf = NaN and overflow to Inf are the card's too
+        scaled = _into_dst((p * s for p, s in pairs), fp32_acc=True)
+        partial = _tiles_last(scaled, ax).sum(axis=-1, dtype=np.float32)  # (..., T) per-tile sums in FP32
     if fp32_acc:
         out = partial.sum(axis=-1, dtype=np.float32)
     else:

@@ -50,7 +50,7 @@ def merged_products(
     a = np.ascontiguousarray(a, dtype=np.float32)
     b = np.ascontiguousarray(b, dtype=np.float32)
     # cardmath's own folding of the phases (the sum of fidelity_operands' phase products; checked in the tests)
-    return cardmath._merged_operands(a, b, cardmath.Fidelity.of(getattr(fidelity, "name", fidelity)), fp32_acc)
+    return cardmath.merged_operands(a, b, fidelity, fp32_acc)
 
 
 def _round_bf16_(acc: torch.Tensor, scratch: torch.Tensor) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import format_reference as ref
 import numpy as np
 import pytest
+from ttnn_env import MOCK_P150, NO_TTNN, find_ttnn_python, ttnn_env
 
 from kohakutt.errors import FormatError, KohakuTTError
 from kohakutt.hal import _native, formats
@@ -419,23 +420,7 @@ def test_build_key_follows_sources_compiler_and_flags(monkeypatch: pytest.Monkey
 
 # ---- TT-NN's own packer as a second reference (optional) -------------------------------------------------------
 
-TTNN_PYTHON = Path(os.environ.get("KTT_TTNN_PYTHON") or REPO / ".venv-ttnn" / "bin" / "python")
-# A single Blackhole P150 for TT-Metal's mock cluster: TT-NN asks the runtime for L1 alignment when it packs.
-MOCK_P150 = """\
-arch: {0: blackhole}
-chips: {}
-chip_unique_ids: {0: 4466765987841}
-ethernet_connections: []
-ethernet_connections_to_remote_devices: []
-chips_with_mmio: [{0: 0}]
-harvesting:
-  0: {noc_translation: true, harvest_mask: 0, dram_harvesting_mask: 0, eth_harvesting_mask: 288,
-      pcie_harvesting_mask: 2, l2cpu_harvesting_mask: 0}
-chip_to_boardtype: {0: p150}
-boards:
-  - [{board_id: 4466765987841}, {board_type: p150}, {chips: [0]}]
-asic_locations: {0: 0}
-"""
+TTNN_PYTHON = find_ttnn_python()
 TTNN_SCRIPT = """
 import sys
 import numpy as np
@@ -452,10 +437,7 @@ np.savez(sys.argv[2], **out)
 """
 
 
-@pytest.mark.skipif(
-    not TTNN_PYTHON.exists(),
-    reason="no Python with ttnn 0.81.1: run scripts/ttnn_venv.sh (needs Python 3.12) or set KTT_TTNN_PYTHON",
-)
+@pytest.mark.skipif(TTNN_PYTHON is None, reason=NO_TTNN)
 def test_pack_and_unpack_match_ttnn_bit_for_bit(tmp_path: Path) -> None:
     rng = np.random.default_rng(21)
     cases = {
@@ -470,9 +452,7 @@ def test_pack_and_unpack_match_ttnn_bit_for_bit(tmp_path: Path) -> None:
     }
     np.savez(tmp_path / "cases.npz", **cases)
     (tmp_path / "p150.yaml").write_text(MOCK_P150)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TT_METAL_", "PYTHON"))}
-    env |= {"TT_METAL_MOCK_CLUSTER_DESC_PATH": str(tmp_path / "p150.yaml"), "TT_LOGGER_LEVEL": "off"}
-    env |= {"LOGURU_LEVEL": "WARNING"}
+    env = ttnn_env(TT_METAL_MOCK_CLUSTER_DESC_PATH=str(tmp_path / "p150.yaml"))
     run = [str(TTNN_PYTHON), "-c", TTNN_SCRIPT, str(tmp_path / "cases.npz"), str(tmp_path / "out.npz")]
     done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
     if done.returncode != 0 and "ModuleNotFoundError" in done.stderr:

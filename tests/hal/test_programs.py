@@ -537,6 +537,34 @@ def test_fpu_numerics_agree_with_cardmath(dev, fidelity, fp32_acc):
     np.testing.assert_array_equal(dev.download(out), cardmath.multiply(x, y, fidelity=fidelity, fp32_acc=fp32_acc))
 
 
+@pytest.mark.parametrize("fidelity", ["LoFi", "HiFi3", "HiFi4"])
+def test_fpu_inf_times_finite_is_inf(dev, fidelity):
+    """Inf * 1 is Inf and Inf * 0 is NaN in mul_tiles and matmul_tiles, at every fidelity (the phase split must not
+    multiply Inf by a zero low slice of the other operand), as IEEE float64 says and cardmath models."""
+    a = np.ones((32, 32), np.float32)
+    b = np.ones((32, 32), np.float32)
+    a[0, 0], a[1, 1], b[2, 2], b[0, 3] = np.inf, -np.inf, np.inf, 0.0
+    ba, bb = dev.upload(a, "bfloat16"), dev.upload(b, "bfloat16")
+    out = dev.allocate(shape=(32, 32), fmt="bfloat16", layout="tile")
+    cfg = {"math_fidelity": fidelity, "fp32_dest_acc_en": True}
+    prog = add_program(cores=CoreRange((0, 0)), **cfg)
+    mul = dataclasses.replace(prog.kernels[1], sim=_binary_compute("mul"))
+    dev.run_program(dataclasses.replace(prog, kernels=[prog.kernels[0], mul, prog.kernels[2]]), [ba, bb, out])
+    got = dev.download(out)
+    assert got[0, 0] == np.inf and got[1, 1] == -np.inf and got[2, 2] == np.inf and got[0, 3] == 0.0
+    assert np.isfinite(got).sum() == 32 * 32 - 3
+    dev.run_program(matmul_program(1, 1, 1, cores=CoreRange((0, 0)), **cfg), [ba, bb, out])
+    got = dev.download(out)
+    with np.errstate(invalid="ignore"):
+        ref = (a.astype(np.float64)[:, :, None] * b.astype(np.float64)[None, :, :]).sum(1)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(got) & (got > 0), np.isposinf(ref))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref))
+    assert np.isnan(ref).any() and np.isposinf(ref).any() and np.isneginf(ref).any()
+    for buf in (ba, bb, out):
+        dev.free(buf)
+
+
 def test_matmul_fidelity_cuts_operands(dev):
     rng = np.random.default_rng(3)
     a, b = bf16(rng.standard_normal((32, 32))), bf16(rng.standard_normal((32, 32)))
@@ -1200,3 +1228,11 @@ def test_fpu_sub_mul_transpose(dev, op):
         # A bf16 DST takes each fidelity pass's product in turn and rounds after each (docs/concepts/numerics.md).
         want = bf16(a64 - b64) if op == "sub" else bf16(cardmath.multiply(a, b, fidelity="HiFi4", fp32_acc=False))
     np.testing.assert_array_equal(dev.download(out), want)
+
+
+def test_hal_exports_the_program_api():
+    from kohakutt.hal import program
+
+    names = ("Program", "CoreRange", "CoreRangeSet", "CircularBuffer", "Kernel", "Semaphore", "Work", "split_work",
+             "MathFidelity")  # fmt: skip
+    assert all(getattr(hal, n) is getattr(program, n) and n in hal.__all__ for n in names)

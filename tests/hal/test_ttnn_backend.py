@@ -173,6 +173,15 @@ def test_free_deallocates_the_tensor(fake, dev):
     assert tensor.data is None and ("deallocate", {"tensor": tensor, "force": True}) in fake.calls
 
 
+def test_device_synchronize_waits_for_the_card(fake, dev):
+    a = dev.upload(np.ones((32, 32), np.float32), "bfloat16")
+    before = [name for name, _ in fake.calls].count("synchronize_device")
+    dev.copy(a, dev.allocate(shape=(32, 32), fmt="bfloat16", layout="tile"))
+    dev.synchronize()  # the streams drain, then TT-NN's command queues
+    calls = [name for name, _ in fake.calls]
+    assert calls.count("synchronize_device") == before + 1 and calls[-1] == "synchronize_device"
+
+
 def test_a_closed_backend_says_so():
     with pytest.raises(DeviceError, match="not open"):
         tb.TTNNBackend(0).synchronize()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -20,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ttnn_env import MOCK_P150, NO_TTNN, ROOT, find_ttnn_python, ttnn_env
 
 from kohakutt.errors import BackendUnavailable, FormatError, ProgramError
 from kohakutt.hal.backends import ttnn_backend as tb
 from kohakutt.hal.layout import Format, nbytes
 
-ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("ttnn_probe.py")
 
 # Calls that are harmless on a machine without a card: the binding takes the keywords, then finds no chip.
@@ -33,25 +32,6 @@ BIND_PROBES = {
     "open_device": {"device_id": 0, "l1_small_size": tb.L1_SMALL_SIZE, "trace_region_size": 1 << 20,
                     "num_command_queues": tb.NUM_COMMAND_QUEUES},
 }  # fmt: skip
-
-# A single P150 (Blackhole, no harvested Tensix columns) for TT-Metal's mock cluster: the host conversions ask the
-# runtime for tile sizes and alignment, which otherwise needs a card.
-MOCK_P150 = """\
-arch: {0: blackhole}
-chips: {}
-chip_unique_ids: {0: 4466765987841}
-ethernet_connections: []
-ethernet_connections_to_remote_devices: []
-chips_with_mmio: [{0: 0}]
-harvesting:
-  0: {noc_translation: true, harvest_mask: 0, dram_harvesting_mask: 0, eth_harvesting_mask: 288,
-      pcie_harvesting_mask: 2, l2cpu_harvesting_mask: 0}
-chip_to_boardtype: {0: p150}
-boards:
-  - [{board_id: 4466765987841}, {board_type: p150}, {chips: [0]}]
-asic_locations: {0: 0}
-"""
-
 
 def _load_probe() -> types.ModuleType:
     spec = importlib.util.spec_from_file_location("ttnn_probe", PROBE)
@@ -64,29 +44,17 @@ def _load_probe() -> types.ModuleType:
 probe = _load_probe()
 
 
-def find_ttnn_python() -> Path | None:
-    """The Python that has ttnn: ``KTT_TTNN_PYTHON``, else the checkout's ``.venv-ttnn``."""
-    given = os.environ.get("KTT_TTNN_PYTHON")
-    path = Path(given) if given else ROOT / ".venv-ttnn" / "bin" / "python"
-    return path if path.exists() else None
-
-
 @pytest.fixture(scope="module")
 def ttnn_python() -> Path:
     path = find_ttnn_python()
     if path is None:
-        pytest.skip("no Python with ttnn: run scripts/ttnn_venv.sh (needs a Python 3.12) or set KTT_TTNN_PYTHON")
+        pytest.skip(NO_TTNN)
     return path
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TT_METAL_", "PYTHON"))}
-    return env | {"TT_LOGGER_LEVEL": "off", "LOGURU_LEVEL": "WARNING"} | extra
 
 
 def run_probe(python: Path, request: dict) -> dict:
     res = subprocess.run([str(python), str(PROBE)], input=json.dumps(request), capture_output=True, text=True,
-                         env=_env(), timeout=300)  # fmt: skip
+                         env=ttnn_env(), timeout=300)  # fmt: skip
     assert res.returncode == 0, f"ttnn_probe.py failed:\n{res.stderr[-3000:]}"
     return json.loads(res.stdout)
 
@@ -234,7 +202,7 @@ def host_run(ttnn_python: Path, tmp_path_factory) -> tuple[list, dict]:
         ((5, 7), "int32", "row_major"), ((6, 10), "bfloat16", "row_major"), ((4, 9), "uint8", "row_major"),
     ]  # fmt: skip
     cases = [_case(*s, rng) for s in specs]
-    env = _env(TT_METAL_MOCK_CLUSTER_DESC_PATH=str(mock), PYTHONPATH=str(ROOT))
+    env = ttnn_env(TT_METAL_MOCK_CLUSTER_DESC_PATH=str(mock), PYTHONPATH=str(ROOT))
     check = subprocess.run([str(ttnn_python), "-c", "import kohakutt.hal.backends.ttnn_backend"], env=env,
                            capture_output=True, text=True)  # fmt: skip
     if check.returncode != 0:

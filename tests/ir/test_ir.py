@@ -6,9 +6,10 @@ import pytest
 
 from kohakutt import ir
 from kohakutt.errors import ConfigError, DtypeError, KohakuTTError, KohakuTTUnsupportedOperator
+from kohakutt.hal.layout import Layout
 from kohakutt.ir import DType, Fidelity, Graph, Numerics, TensorSpec, numerics
 from kohakutt.ir.numerics import current, resolve
-from kohakutt.ir.ops import ShapeError, broadcast_shapes, define, norm_dims
+from kohakutt.ir.ops import ShapeError, broadcast_shapes, define, elementwise, norm_dims, same
 
 
 def test_numerics_scope_nests_and_is_per_thread():
@@ -43,6 +44,40 @@ def test_broadcasting_and_dims():
     assert norm_dims(-1, 3) == (2,) and norm_dims(None, 2) == (0, 1) and norm_dims((0, -3), 3) == (0,)
     with pytest.raises(ShapeError, match="out of range"):
         norm_dims(3, 3)
+
+
+def test_fidelity_is_one_enum_with_phases():
+    from kohakutt.hal.program import MathFidelity
+    from kohakutt.kernels import cardmath
+
+    assert cardmath.Fidelity is Fidelity  # cardmath uses the IR's enum
+    assert [f.phases for f in Fidelity] == [1, 2, 3, 4]
+    assert Fidelity.of(MathFidelity.HiFi3) is Fidelity.HiFi3  # the HAL's enum (below the IR) is read by name
+    for bad in (True, 4, None):
+        with pytest.raises(ConfigError, match="unknown fidelity"):
+            Fidelity.of(bad)
+
+
+def test_same_and_elementwise_keep_the_layout():
+    """TT-NN's unary ops keep the input's layout and its binary ops give tile results from tile inputs: a tile input
+    gives a tile result; block floats are tile only and int64 row major only, whatever the inputs."""
+    rm, tile = Layout.ROW_MAJOR, Layout.TILE
+    f32, b8 = TensorSpec((2, 3), DType.FLOAT32), TensorSpec((2, 3), DType.BFLOAT8_B, tile)
+    assert same()([b8], {}) == [b8]
+    assert same()([f32.with_(layout=tile)], {})[0].layout is tile
+    assert same()([f32], {})[0].layout is rm
+    assert same(dtype=DType.BFLOAT4_B)([f32], {})[0] == TensorSpec((2, 3), DType.BFLOAT4_B, tile)
+    assert same(dtype=DType.INT64)([f32.with_(layout=tile)], {})[0].layout is rm
+    assert same(1)([ir.ScalarSpec(1.0), b8], {}) == [b8]
+    ew = elementwise()
+    assert ew([f32, ir.ScalarSpec(2.0)], {}) == [f32]
+    assert ew([f32, TensorSpec((3,), DType.BFLOAT16, tile)], {}) == [TensorSpec((2, 3), DType.FLOAT32, tile)]
+    assert ew([ir.ScalarSpec(2.0), b8], {}) == [TensorSpec((2, 3), DType.BFLOAT16, tile)]  # block floats promote
+    assert elementwise(DType.BFLOAT8_B)([f32, f32], {})[0].layout is tile
+    assert elementwise(DType.BOOL)([b8, f32], {})[0] == TensorSpec((2, 3), DType.BOOL, tile)
+    assert ir.infer("copy", [b8]) == [b8]
+    assert ir.infer("typecast", [f32], {"dtype": "bfloat8_b"}) == [TensorSpec((2, 3), DType.BFLOAT8_B, tile)]
+    assert ir.infer("typecast", [b8], {"dtype": "float32"}) == [f32.with_(layout=tile)]
 
 
 def test_registry_rejects_duplicates_and_unknown_ops():

@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 import torch
 
+from kohakutt import hal
+from kohakutt import kernels as kk
 from kohakutt.errors import ConfigError, FormatError, KohakuTTUnsupportedOperator
+from kohakutt.ir.numerics import numerics
 from kohakutt.kernels import cardmath as cm
 from kohakutt.kernels.cardmath import Fidelity
 
@@ -358,6 +361,103 @@ def test_reduce_max(rng):
     assert np.isnan(cm.reduce_max(np.float32([1.0, np.nan]), 0))
     with pytest.raises(ConfigError, match="axes"):
         cm.reduce_max(x, 2)
+
+
+# ------------------------------------------------------------------------------------------------- Inf and NaN
+# The card multiplies Inf by a finite nonzero value to Inf: the fidelity split must not add an Inf * 0 (a zero
+# phase part of the other operand) that IEEE makes NaN. The references are IEEE float64 products and sums, written
+# element by element (no BLAS, which may skip zeros).
+
+FIDELITIES = list(Fidelity)
+# values with zero low slices (bf16 1.0, -2.5) and nonzero ones (float32 1/3, 1 + 2**-20 has only a TF32-cut bit)
+SPECIAL_A = np.float32([np.inf, -np.inf, np.inf, -np.inf, 1.5, 0.0, np.nan, np.inf, 1 / 3, np.inf, -np.inf, np.inf])
+SPECIAL_B = np.float32([1.0, 1.0, 0.0, -2.5, np.inf, np.inf, 1.0, np.inf, -np.inf, 1 / 3, 1 + 2.0**-20, -np.inf])
+
+
+def assert_same_specials(got: np.ndarray, ref: np.ndarray) -> None:
+    """NaN exactly where ref is NaN, +-Inf exactly where ref is (same sign), finite elsewhere."""
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(ref))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref))
+
+
+@pytest.mark.parametrize("fp32_acc", [True, False])
+@pytest.mark.parametrize("fid", FIDELITIES)
+def test_multiply_inf_nan_follow_ieee(fid, fp32_acc):
+    with np.errstate(invalid="ignore"):
+        ref = SPECIAL_A.astype(np.float64) * SPECIAL_B.astype(np.float64)
+    assert ref[0] == np.inf and np.isnan(ref[2]) and ref[3] == np.inf and ref[11] == -np.inf  # IEEE, as the card
+    for a, b in ((SPECIAL_A, SPECIAL_B), (SPECIAL_B, SPECIAL_A)):  # Inf in SrcA and in SrcB
+        assert_same_specials(cm.multiply(a, b, fidelity=fid, fp32_acc=fp32_acc), ref)
+    # finite products are unchanged by a neighbouring Inf
+    fin = np.float32([1 / 3, 1.5, 1 + 2.0**-20])
+    mixed = cm.multiply(np.append(fin, np.inf), np.float32([1 / 7, 1 / 3, 3.0, 1.0]), fidelity=fid, fp32_acc=fp32_acc)
+    np.testing.assert_array_equal(
+        mixed[:3], cm.multiply(fin, np.float32([1 / 7, 1 / 3, 3.0]), fidelity=fid, fp32_acc=fp32_acc)
+    )
+    assert mixed[3] == np.inf
+
+
+@pytest.mark.parametrize("fp32_acc", [True, False])
+@pytest.mark.parametrize("fid", FIDELITIES)
+def test_reduce_sum_with_inf_and_nan(fid, fp32_acc):
+    assert cm.reduce_sum(np.float32([np.inf, 1.0]), fidelity=fid, fp32_acc=fp32_acc) == np.inf
+    assert cm.reduce_sum(np.float32([-np.inf, 1 / 3]), fidelity=fid, fp32_acc=fp32_acc) == -np.inf
+    assert np.isnan(cm.reduce_sum(np.float32([np.inf, -np.inf]), fidelity=fid, fp32_acc=fp32_acc))
+    assert np.isnan(cm.reduce_sum(np.float32([np.nan, 1.0]), fidelity=fid, fp32_acc=fp32_acc))
+    assert cm.reduce_sum(np.float32([np.inf, 1.0]), scaler=1 / 3, fidelity=fid, fp32_acc=fp32_acc) == np.inf
+    assert np.isnan(cm.reduce_sum(np.float32([np.inf, 1.0]), scaler=0.0, fidelity=fid, fp32_acc=fp32_acc))
+    # 3 x 70 (not a multiple of 32): one row with +Inf, one with -Inf in its second tile, one finite
+    x = np.arange(210, dtype=np.float32).reshape(3, 70) / 7
+    clean = cm.reduce_sum(x, 1, fp32_acc, fidelity=fid)
+    x[0, 3], x[1, 40] = np.inf, -np.inf
+    out = cm.reduce_sum(x, 1, fp32_acc, fidelity=fid)
+    assert out[0] == np.inf and out[1] == -np.inf and out[2] == clean[2]
+
+
+@pytest.mark.parametrize("fp32_acc, k_block", [(True, None), (False, None), (False, 1)])
+@pytest.mark.parametrize("fid", FIDELITIES)
+def test_matmul_with_inf_and_nan(fid, fp32_acc, k_block, rng):
+    """Inf in either operand against bf16 weights (zero low slices) and float32 ones (nonzero low slices)."""
+    m, k, n = 4, 40, 3
+    a = rng.uniform(0.5, 2.0, (m, k)).astype(np.float32)
+    b = rng.uniform(0.5, 2.0, (k, n)).astype(np.float32)
+    a[0, 5], a[1, 7], a[2, 9] = np.inf, -np.inf, np.nan
+    b[5, 1] = 0.0  # a[0] . b[:, 1] has Inf * 0: NaN
+    b[33, 2] = -np.inf  # column 2: -Inf, and +Inf - Inf with row 0's +Inf
+    for bb in (bf16(b), b):
+        for x, y in ((a, bb), (bb.T.copy(), a.T.copy())):  # Inf in in0 (SrcB) and in in1 (SrcA)
+            with np.errstate(invalid="ignore"):
+                ref = (x.astype(np.float64)[:, :, None] * y.astype(np.float64)[None, :, :]).sum(1)
+            out = cm.matmul(x, y, fidelity=fid, fp32_acc=fp32_acc, k_block=k_block, out_format="float32")
+            assert_same_specials(out, ref)
+            assert np.isfinite(out).sum() == np.isfinite(ref).sum() > 0
+    assert np.isnan(cm.matmul(a[:1], b, fidelity=fid, fp32_acc=fp32_acc))[0, 1]
+
+
+@pytest.mark.parametrize("fid", FIDELITIES)
+def test_sim_sum_and_matmul_with_inf(fid):
+    """The same through the op library on the simulator: the reduce path and a bf16 matmul."""
+    dev = hal.open_device(0)
+    try:
+        with numerics(fidelity=fid, fp32_acc=False):
+            for dtype in ("bfloat16", "float32"):
+                (s,) = kk.run("sum", [kk.from_numpy(dev, np.float32([np.inf, 1.0]), dtype)])
+                assert kk.to_numpy(s) == np.inf
+            a = kk.from_numpy(dev, np.float32([[np.inf, 1, 1], [1, 1, 1]]), "bfloat16")
+            w = kk.from_numpy(dev, np.float32([[1, 0], [1, 1], [1, 1]]), "bfloat16")  # zero low slices
+            (y,) = kk.run("matmul", [a, w])
+            got = kk.to_numpy(y)
+        assert got[0, 0] == np.inf and np.isnan(got[0, 1]) and got[1].tolist() == [3.0, 2.0]
+    finally:
+        dev.close()
+
+
+def test_fidelity_operands_keep_specials_in_phase_0():
+    pairs = cm.fidelity_operands(np.float32([np.inf]), np.float32([1.0]), "HiFi4", op="eltwise")
+    assert pairs[0][0][0] == np.inf and all(np.isfinite(p).all() for pair in pairs[1:] for p in pair)
+    merged = cm.merged_operands(np.float32([np.inf]), np.float32([1.0]), "HiFi3")
+    assert merged[0][0][0] == np.inf and np.isfinite(merged[1][0]).all() and np.isfinite(merged[1][1]).all()
 
 
 # ------------------------------------------------------------------------------------------------------- SFPU

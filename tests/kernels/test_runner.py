@@ -27,6 +27,20 @@ def test_copy_typecast_round_trip(dev):
     assert kk.to_numpy(i).tolist() == [[1, -2, 3], [2**31 - 1, 0, 7]]  # truncation, saturation
 
 
+@pytest.mark.parametrize("dtype", ["bfloat8_b", "bfloat4_b", "bfloat16"])
+def test_copy_and_typecast_keep_tile_layout(dev, dtype):
+    """copy of a tile tensor (block floats exist only as tiles) gives a tile tensor with the same values; typecast
+    from row major into a block float gives tiles."""
+    x = np.linspace(-3, 3, 2 * 45, dtype=np.float32).reshape(2, 45)  # not a multiple of 32
+    t = kk.from_numpy(dev, x, dtype, "tile")
+    (c,) = kk.run("copy", [t])
+    assert c.spec == t.spec and c.spec.layout.value == "tile"
+    np.testing.assert_array_equal(kk.to_numpy(c), kk.to_numpy(t))
+    (b,) = kk.run("typecast", [kk.from_numpy(dev, x)], {"dtype": dtype})
+    assert b.spec.layout.value == ("tile" if dtype != "bfloat16" else "row_major")
+    np.testing.assert_array_equal(kk.to_numpy(b), kk.to_numpy(t))  # the packer's conversion either way
+
+
 def test_strided_views_in_and_out(dev):
     base = kk.from_numpy(dev, np.arange(24, dtype=np.float32).reshape(4, 6))
     view = kk.DeviceTensor(base.buffer, TensorSpec((3, 2), DType.FLOAT32), strides=(6, 2), offset=7)

@@ -59,6 +59,11 @@ class Backend(ABC):
         self.write(dst, dst_offset, self.read(src, src_offset, nbytes))
 
     @abstractmethod
+    def synchronize(self) -> None:
+        """Wait until the chip has finished everything handed to it. The HAL calls it once its streams have drained;
+        a backend whose calls return only when their work is done (the simulator) has nothing left to wait for."""
+
+    @abstractmethod
     def run_program(self, program: Program, buffers: Sequence[Buffer], runtime_args: dict[str, Any]) -> None:
         """Run a reader / compute / writer program over ``buffers`` (inputs first, outputs last)."""
 

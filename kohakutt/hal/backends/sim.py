@@ -51,6 +51,9 @@ class SimBackend(Backend):
         """The buffer's bytes, zero-copy, for the op library's simulated kernels (worker thread only)."""
         return buf.handle
 
+    def synchronize(self) -> None:
+        """Nothing to wait for: each command has run to completion on the stream's worker thread."""
+
     def run_program(self, program: Program, buffers: Sequence[Buffer], runtime_args: dict[str, Any]) -> None:
         from kohakutt.hal.backends import sim_program
 

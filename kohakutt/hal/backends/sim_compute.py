@@ -54,10 +54,17 @@ def _split(x: np.ndarray, high_bits: int, all_bits: int) -> tuple[np.ndarray, np
 def fidelity_pairs(srca: np.ndarray, srcb: np.ndarray, fidelity: MathFidelity, fp32_acc: bool
                    ) -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
     """(SrcA part, SrcB part) per multiplier pass, in phase order: SrcA in two 5-bit slices (its last TF32 bit is never
-    used), SrcB in 7 + 4 bits; LoFi..HiFi4 run 1..4 passes (notes/blackhole.md, docs/concepts/numerics.md)."""
+    used), SrcB in 7 + 4 bits; LoFi..HiFi4 run 1..4 passes (notes/blackhole.md, docs/concepts/numerics.md). Inf and
+    NaN stay in phase 0's high parts only (0 in later passes), so Inf * 1 is Inf, not Inf * 0 = NaN."""
     a = _split(srca, 5, 10 if fp32_acc else 8)
     b = _split(srcb, 7, 11 if fp32_acc else 8)
-    return [(a[p & 1], b[p >> 1]) for p in range(fidelity.phases)]
+    pairs = [(a[p & 1], b[p >> 1]) for p in range(fidelity.phases)]
+    return pairs[:1] + [(_finite_only(x), _finite_only(y)) for x, y in pairs[1:]]
+
+
+def _finite_only(x: np.ndarray) -> np.ndarray:
+    finite = np.isfinite(x)
+    return x if finite.all() else np.where(finite, x, np.float32(0.0))
 
 
 def _round_bf16(x: np.ndarray) -> np.ndarray:

@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from kohakutt.ir.dtypes import DType
-from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, define, same
+from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, define, output_layout, same
 
 
 def _typecast(inputs: list[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
     src = inputs[0]
     if not isinstance(src, TensorSpec):
         raise ShapeError("typecast needs a tensor operand")
-    return [TensorSpec(src.shape, DType.of(attrs["dtype"]), src.layout)]
+    dtype = DType.of(attrs["dtype"])
+    return [TensorSpec(src.shape, dtype, output_layout(dtype, [src]))]
 
 
 define("copy", "core", ["x"], same(), doc="The values of x in a new tensor (into `out`, cast to its dtype).")

@@ -13,12 +13,12 @@ inside the documented range (a bf16 value that rounds up onto ``high`` is steppe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kohakutt.errors import DtypeError
 from kohakutt.ir.dtypes import DType
-from kohakutt.ir.ops import SFPU_MATH, ShapeError, Spec, TensorSpec, define
+from kohakutt.ir.ops import SFPU_MATH, Infer, ShapeError, Spec, TensorSpec, define
 
 FAMILY = "random"
 GENERATOR = "Philox4x32-10 keyed by the device seed, counter = (word block, 0, op offset low, op offset high)"
@@ -34,42 +34,76 @@ def _shape(attrs: dict[str, Any], op: str) -> tuple[int, ...]:
     return shape
 
 
+def _stored(dt: DType) -> DType:
+    """The dtype a draw is stored in: block floats give bfloat16 (a draw is not a tile of shared exponents)."""
+    return DType.BFLOAT16 if dt.is_block else dt
+
+
 def _dtype(attrs: dict[str, Any], op: str, *, floats: bool) -> DType:
     dt = DType.of(attrs["dtype"])
     if floats and not dt.is_float:
         raise DtypeError(f"{op} draws floats; dtype={dt.value} is not one (use randint for integers)")
     if not floats and (dt.is_float or dt is DType.BOOL):
         raise DtypeError(f"{op} draws integers; dtype={dt.value} is not one (use int32)")
-    return DType.BFLOAT16 if dt.is_block else dt
+    return _stored(dt)
 
 
-def _uniform(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
+def _check_uniform(attrs: dict[str, Any]) -> None:
     if not attrs["low"] < attrs["high"]:
         raise ShapeError(f"uniform needs low < high, got low={attrs['low']}, high={attrs['high']}")
-    return [TensorSpec(_shape(attrs, "uniform"), _dtype(attrs, "uniform", floats=True))]
 
 
-def _normal(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
+def _check_normal(attrs: dict[str, Any]) -> None:
     if not attrs["std"] >= 0:
         raise ShapeError(f"normal needs std >= 0, got {attrs['std']}")
-    return [TensorSpec(_shape(attrs, "normal"), _dtype(attrs, "normal", floats=True))]
 
 
-def _randint(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
+def _check_randint(attrs: dict[str, Any]) -> None:
     low, high = int(attrs["low"]), int(attrs["high"])
     if not low < high or high - low > 2**32:
         raise ShapeError(f"randint needs low < high and a range of at most 2**32 values, got [{low}, {high})")
-    dt = _dtype(attrs, "randint", floats=False)
+
+
+def _fits_randint(attrs: dict[str, Any], dt: DType) -> None:
+    low, high = int(attrs["low"]), int(attrs["high"])
     if not (low >= 0 or dt is DType.INT32) or high - 1 > (2**31 - 1 if dt is DType.INT32 else 2**32 - 1):
         raise DtypeError(f"randint: [{low}, {high}) does not fit {dt.value}")
-    return [TensorSpec(_shape(attrs, "randint"), dt)]
 
 
-def _randperm(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
+def _check_randperm(attrs: dict[str, Any]) -> None:
     n = int(attrs["n"])
     if not 0 <= n < 2**31:
         raise ShapeError(f"randperm needs 0 <= n < 2**31, got {n}")
-    return [TensorSpec((n,), _dtype(attrs, "randperm", floats=False))]
+
+
+# Shape-only draws: name -> (floats?, attribute check, shape from attrs or None for shape=, dtype check or None).
+_DRAWS: dict[str, tuple[bool, Callable[[dict[str, Any]], None], Callable[[dict[str, Any]], tuple[int, ...]] | None,
+                        Callable[[dict[str, Any], DType], None] | None]] = {
+    "uniform": (True, _check_uniform, None, None),
+    "normal": (True, _check_normal, None, None),
+    "randint": (False, _check_randint, None, _fits_randint),
+    "randperm": (False, _check_randperm, lambda attrs: (int(attrs["n"]),), None),
+}  # fmt: skip
+
+
+def _draw(op: str) -> Infer:
+    """Infer for the shape-only draw ``op`` (see ``_DRAWS``): its attributes checked first; float draws then check
+    the shape before the dtype, integer draws the dtype (and its range) before the shape."""
+    floats, check, shape_of, fits = _DRAWS[op]
+
+    def shape(attrs: dict[str, Any]) -> tuple[int, ...]:
+        return _shape(attrs, op) if shape_of is None else shape_of(attrs)
+
+    def infer(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
+        check(attrs)
+        if floats:
+            return [TensorSpec(shape(attrs), _dtype(attrs, op, floats=True))]
+        dt = _dtype(attrs, op, floats=False)
+        if fits is not None:
+            fits(attrs, dt)
+        return [TensorSpec(shape(attrs), dt)]
+
+    return infer
 
 
 def _float_tensor(spec: Spec, op: str) -> TensorSpec:
@@ -86,7 +120,7 @@ def _bernoulli(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec
     if p is None and not x.dtype.is_float:
         raise DtypeError(f"bernoulli reads probabilities from a float tensor, got {x.dtype.value}; or pass p=")
     dt = DType.of(attrs["dtype"]) if attrs["dtype"] is not None else x.dtype
-    return [TensorSpec(x.shape, DType.BFLOAT16 if dt.is_block else dt)]
+    return [TensorSpec(x.shape, _stored(dt))]
 
 
 def _dropout(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
@@ -95,8 +129,7 @@ def _dropout(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
         raise ShapeError(f"dropout needs 0 <= p <= 1, got p={attrs['p']}")
     if not x.dtype.is_float:
         raise DtypeError(f"dropout takes a float tensor, got {x.dtype.value}")
-    dt = DType.BFLOAT16 if x.dtype.is_block else x.dtype
-    return [TensorSpec(x.shape, dt), TensorSpec(x.shape, DType.BOOL)]
+    return [TensorSpec(x.shape, _stored(x.dtype)), TensorSpec(x.shape, DType.BOOL)]
 
 
 def _multinomial(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
@@ -115,7 +148,7 @@ define(
     "uniform",
     FAMILY,
     [],
-    _uniform,
+    _draw("uniform"),
     attrs={"shape": None, "low": 0.0, "high": 1.0, "dtype": "float32"},
     numerics=SFPU_MATH,
     doc="Values uniform on [low, high): u = (top 24 bits of a word) * 2^-24, low + (high - low) "
@@ -125,7 +158,7 @@ define(
     "normal",
     FAMILY,
     [],
-    _normal,
+    _draw("normal"),
     attrs={"shape": None, "mean": 0.0, "std": 1.0, "dtype": "float32"},
     numerics=SFPU_MATH,
     doc="Normal(mean, std) values by the Box-Muller transform: two words give u1 in (0, 1] and "
@@ -135,7 +168,7 @@ define(
     "randint",
     FAMILY,
     [],
-    _randint,
+    _draw("randint"),
     attrs={"shape": None, "low": 0, "high": 2, "dtype": "int32"},
     numerics=SFPU_MATH,
     doc="Integers uniform on [low, high): low + floor(word * (high - low) / 2^32) (the "
@@ -145,7 +178,7 @@ define(
     "randperm",
     FAMILY,
     [],
-    _randperm,
+    _draw("randperm"),
     attrs={"n": 0, "dtype": "int32"},
     numerics=SFPU_MATH,
     doc="A random permutation of 0..n-1: the indices sorted by one random 32-bit key each (ties by index). "

@@ -27,7 +27,7 @@ details per op (see ``kohakutt/kernels/reduce.py``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kohakutt.errors import DtypeError
@@ -118,8 +118,20 @@ def float_only(dt: DType, op: str, override: Any = None) -> DType:
 
 
 # ---------------------------------------------------------------------------------------------- inference
+# The output dtype rules of reductions over ``dims``: (input dtype, attrs, op name) -> output dtype.
+_OUT_DTYPE: dict[str, Callable[[DType, dict[str, Any], str], DType]] = {
+    "same": lambda dt, attrs, op: promote(dt),
+    "acc": lambda dt, attrs, op: accumulator_dtype(dt, attrs["dtype"], op),
+    "float": lambda dt, attrs, op: float_only(dt, op, attrs.get("dtype")),
+    "float_or_f32": lambda dt, attrs, op: promote(dt) if dt.is_float else DType.FLOAT32,
+    "bool": lambda dt, attrs, op: DType.BOOL,
+    "int32": lambda dt, attrs, op: DType.INT32,
+}
+
+
 def _reduction(out: str, *, nonempty: bool = False, outputs: int = 1) -> Infer:
-    """Infer for an op over ``dims`` with ``keepdim``; ``out`` names the dtype rule."""
+    """Infer for an op over ``dims`` with ``keepdim``; ``out`` names the dtype rule (a key of ``_OUT_DTYPE``)."""
+    rule = _OUT_DTYPE[out]
 
     def infer(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
         op = attrs.get("_op", "reduction")
@@ -128,19 +140,7 @@ def _reduction(out: str, *, nonempty: bool = False, outputs: int = 1) -> Infer:
         if nonempty:
             _check_nonempty(s, dims, op)
         shape = reduced_shape(s.shape, dims, attrs["keepdim"])
-        if out == "same":
-            dt = promote(s.dtype)
-        elif out == "acc":
-            dt = accumulator_dtype(s.dtype, attrs["dtype"], op)
-        elif out == "float":
-            dt = float_only(s.dtype, op, attrs.get("dtype"))
-        elif out == "float_or_f32":
-            dt = promote(s.dtype) if s.dtype.is_float else DType.FLOAT32
-        elif out == "bool":
-            dt = DType.BOOL
-        else:  # "int32"
-            dt = DType.INT32
-        return [TensorSpec(shape, dt)] * outputs
+        return [TensorSpec(shape, rule(s.dtype, attrs, op))] * outputs
 
     return infer
 
@@ -209,211 +209,106 @@ _SUM_NOTE = (
     "partial result is stored in the input dtype. Integer sums are exact int32 arithmetic (SFPU), wrapping."
 )
 
-define(
-    "sum",
-    FAMILY,
-    ["x"],
-    _with_op("sum", _reduction("acc")),
-    attrs={**_DIMS, "dtype": None},
-    numerics=REDUCE_MATH,
-    doc="The sum of x over `dims` (None: all), `keepdim` keeping them with size 1; `dtype` converts first and "
-    "accumulates in that dtype. Empty: 0. Dtypes: floats stay; int32 / int64 / uint32 stay; bool, uint8, "
-    "uint16 give int32. " + _SUM_NOTE,
-)
-define(
-    "mean",
-    FAMILY,
-    ["x"],
-    _with_op("mean", _reduction("float")),
-    attrs={**_DIMS, "dtype": None},
-    numerics=REDUCE_MATH,
-    doc="The mean of x over `dims`; float inputs only (or `dtype` a float dtype to convert to). Empty: NaN. "
-    "provider ttnn models TT-NN: the 1/N scaler sits in a bf16 scaler tile for non-fp32 inputs, TRUNCATED "
-    "from fp32 (1/3 becomes 0.33203125, -0.39%), and over H and W together the tile gets sqrt(1/N), applied "
-    "twice; over several dims TT-NN reduces one dim at a time, storing bf16 between steps. provider ktt "
-    "(Kohaku-TT's kernel): one fp32-accumulated sum over all dims, then an fp32 multiply by 1/N on the SFPU "
-    "(fp32 inputs summed on the SFPU in fp32, no TF32 truncation). " + _SUM_NOTE,
-)
-define(
-    "prod",
-    FAMILY,
-    ["x"],
-    _with_op("prod", _reduction("acc")),
-    attrs={**_DIMS, "dtype": None},
-    numerics=REDUCE_MATH,
-    doc="The product of x over `dims` (empty: 1). Dtypes as sum. Numerics (TT-NN's prod_nc): the running product "
-    "lives in DST and goes back through SrcA for each FPU multiply (mul_reuse_dest) under the fidelity: an fp32 "
-    "DST value is truncated to TF32 (9 mantissa bits reach the multiplier) every step, so K factors lose up to "
-    "about K * 2^-9 relative; a bf16 DST rounds every product. Modelled as a product tree with the same number "
-    "of multiplies. Integers: exact int32 products, wrapping.",
-)
+# Reductions over `dims` with `keepdim`: name -> (dtype rule, extra attrs, numerics, doc).
+_REDUCTIONS: dict[str, tuple[str, dict[str, Any], Numerics, str]] = {
+    "sum": ("acc", {"dtype": None}, REDUCE_MATH,
+            "The sum of x over `dims` (None: all), `keepdim` keeping them with size 1; `dtype` converts first and "
+            "accumulates in that dtype. Empty: 0. Dtypes: floats stay; int32 / int64 / uint32 stay; bool, uint8, "
+            "uint16 give int32. " + _SUM_NOTE),
+    "mean": ("float", {"dtype": None}, REDUCE_MATH,
+             "The mean of x over `dims`; float inputs only (or `dtype` a float dtype to convert to). Empty: NaN. "
+             "provider ttnn models TT-NN: the 1/N scaler sits in a bf16 scaler tile for non-fp32 inputs, TRUNCATED "
+             "from fp32 (1/3 becomes 0.33203125, -0.39%), and over H and W together the tile gets sqrt(1/N), applied "
+             "twice; over several dims TT-NN reduces one dim at a time, storing bf16 between steps. provider ktt "
+             "(Kohaku-TT's kernel): one fp32-accumulated sum over all dims, then an fp32 multiply by 1/N on the SFPU "
+             "(fp32 inputs summed on the SFPU in fp32, no TF32 truncation). " + _SUM_NOTE),
+    "prod": ("acc", {"dtype": None}, REDUCE_MATH,
+             "The product of x over `dims` (empty: 1). Dtypes as sum. Numerics (TT-NN's prod_nc): the running "
+             "product lives in DST and goes back through SrcA for each FPU multiply (mul_reuse_dest) under the "
+             "fidelity: an fp32 DST value is truncated to TF32 (9 mantissa bits reach the multiplier) every step, so "
+             "K factors lose up to about K * 2^-9 relative; a bf16 DST rounds every product. Modelled as a product "
+             "tree with the same number of multiplies. Integers: exact int32 products, wrapping."),
+    **{
+        name: ("same", {}, REDUCE_MATH,
+               f"The {what} of x over `dims` (values only; NaN anywhere in a group gives NaN, as PyTorch). A dim of "
+               "size 0 is an error. Numerics: the card pads the tile with the kernel's fill value (-inf for max, "
+               "+inf for min) and reduces on GMPOOL (min as -max(-x)): exact for bf16 and integers; fp32 values are "
+               "compared as the TF32 values SrcA holds (truncated), bf16-truncated when fp32_acc=False.")
+        for name, what in (("max", "maximum"), ("min", "minimum"), ("amax", "maximum"), ("amin", "minimum"))
+    },
+    "logsumexp": ("float_or_f32", {}, REDUCE_MATH,
+                  "log(sum(exp(x))) over `dims`, computed as m + log(sum(exp(x - m))) with m the maximum (m taken as "
+                  "0 where it is +-inf, as PyTorch); empty: -inf; integer inputs give float32. provider ttnn: TT-NN "
+                  "has no logsumexp, so this models the chain of TT-NN ops a frontend would issue (max, subtract, "
+                  "exp, sum, log, add), each result stored in the output dtype (bf16 rounding between ops). provider "
+                  "ktt: one kernel keeping m, the exps and their sum in fp32 (exact SFPU exp), rounded once."),
+    "all": ("bool", {}, EXACT,
+            "True where every element of x over `dims` is non-zero (NaN counts as non-zero); empty: True. Exact."),
+    "any": ("bool", {}, EXACT,
+            "True where some element of x over `dims` is non-zero (NaN counts); empty: False. Exact."),
+    "count_nonzero": ("int32", {}, EXACT,
+                      "The int32 number of non-zero elements of x over `dims` (NaN counts). Exact."),
+}  # fmt: skip
+_NONEMPTY = {"max", "min", "amax", "amin"}  # no identity: a dim of size 0 is an error
 
-for _name, _what in (("max", "maximum"), ("min", "minimum"), ("amax", "maximum"), ("amin", "minimum")):
-    define(
-        _name,
-        FAMILY,
-        ["x"],
-        _with_op(_name, _reduction("same", nonempty=True)),
-        attrs=dict(_DIMS),
-        numerics=REDUCE_MATH,
-        doc=f"The {_what} of x over `dims` (values only; NaN anywhere in a group gives NaN, as PyTorch). A dim of "
-        "size 0 is an error. Numerics: the card pads the tile with the kernel's fill value (-inf for max, "
-        "+inf for min) and reduces on GMPOOL (min as -max(-x)): exact for bf16 and integers; fp32 values are "
-        "compared as the TF32 values SrcA holds (truncated), bf16-truncated when fp32_acc=False.",
-    )
+for _name, (_rule, _extra, _num, _doc) in _REDUCTIONS.items():
+    define(_name, FAMILY, ["x"], _with_op(_name, _reduction(_rule, nonempty=_name in _NONEMPTY)),
+           attrs={**_DIMS, **_extra}, numerics=_num, doc=_doc)  # fmt: skip
 
-define(
-    "max_with_indices",
-    FAMILY,
-    ["x"],
-    lambda i, a: _with_indices(i, a, "max_with_indices"),
-    attrs={"dim": -1, "keepdim": False},
-    numerics=EXACT,
-    outputs=2,
-    doc="(values, indices) of the maximum along one `dim` (PyTorch's max(x, dim)): indices int32, the first "
-    "occurrence on ties, a NaN wins (its first index). Exact: values are the stored input values.",
-)
-define(
-    "min_with_indices",
-    FAMILY,
-    ["x"],
-    lambda i, a: _with_indices(i, a, "min_with_indices"),
-    attrs={"dim": -1, "keepdim": False},
-    numerics=EXACT,
-    outputs=2,
-    doc="(values, indices) of the minimum along one `dim` (PyTorch's min(x, dim)): indices int32, the first "
-    "occurrence on ties, a NaN wins. Exact.",
-)
-define(
-    "argmax",
-    FAMILY,
-    ["x"],
-    lambda i, a: _arg(i, a, "argmax"),
-    attrs={"dim": None, "keepdim": False},
-    numerics=EXACT,
-    doc="The int32 index of the maximum along `dim` (None: of the flattened tensor; with keepdim every dim becomes "
-    "1). First occurrence on ties; NaN counts as the maximum (PyTorch). Exact comparisons.",
-)
-define(
-    "argmin",
-    FAMILY,
-    ["x"],
-    lambda i, a: _arg(i, a, "argmin"),
-    attrs={"dim": None, "keepdim": False},
-    numerics=EXACT,
-    doc="The int32 index of the minimum along `dim` (None: flattened). First occurrence on ties; NaN wins "
-    "(PyTorch). Exact comparisons.",
-)
+
+def _named(fn: Callable[[Sequence[Spec], dict[str, Any], str], list[TensorSpec]], name: str) -> Infer:
+    """``fn`` with the op's name as its third argument (for its messages)."""
+    return lambda inputs, attrs: fn(inputs, attrs, name)
+
+
+# Ops along one `dim` (arg-reductions, values with indices, scans): name -> (infer, attrs, numerics, outputs, doc).
+_ALONG_DIM: dict[str, tuple[Infer, dict[str, Any], Numerics, int, str]] = {
+    "max_with_indices": (_named(_with_indices, "max_with_indices"), {"dim": -1, "keepdim": False}, EXACT, 2,
+                         "(values, indices) of the maximum along one `dim` (PyTorch's max(x, dim)): indices int32, "
+                         "the first occurrence on ties, a NaN wins (its first index). Exact: values are the stored "
+                         "input values."),
+    "min_with_indices": (_named(_with_indices, "min_with_indices"), {"dim": -1, "keepdim": False}, EXACT, 2,
+                         "(values, indices) of the minimum along one `dim` (PyTorch's min(x, dim)): indices int32, "
+                         "the first occurrence on ties, a NaN wins. Exact."),
+    "argmax": (_named(_arg, "argmax"), {"dim": None, "keepdim": False}, EXACT, 1,
+               "The int32 index of the maximum along `dim` (None: of the flattened tensor; with keepdim every dim "
+               "becomes 1). First occurrence on ties; NaN counts as the maximum (PyTorch). Exact comparisons."),
+    "argmin": (_named(_arg, "argmin"), {"dim": None, "keepdim": False}, EXACT, 1,
+               "The int32 index of the minimum along `dim` (None: flattened). First occurrence on ties; NaN wins "
+               "(PyTorch). Exact comparisons."),
+    "cumsum": (_named(_scan, "cumsum"), {"dim": -1, "dtype": None}, REDUCE_MATH, 1,
+               "Inclusive prefix sums of x along `dim`; dtypes as sum. Numerics (TT-NN's accumulation program): per "
+               "step the input and the running total are copied into DST and added on the SFPU in IEEE fp32; the "
+               "total keeps DST's width (bf16-rounded every step when fp32_acc=False); fp32 sums are "
+               "Kahan-compensated (TT-NN's default), within about one fp32 ulp of the exact prefix sum. Integers "
+               "exact, wrapping."),
+    "cumprod": (_named(_scan, "cumprod"), {"dim": -1, "dtype": None}, REDUCE_MATH, 1,
+                "Inclusive prefix products of x along `dim`; dtypes as sum. Numerics: per step an SFPU multiply in "
+                "IEEE fp32 (no fidelity), the running product at DST's width (bf16-rounded every step when "
+                "fp32_acc=False). Integers exact, wrapping."),
+}  # fmt: skip
+
+for _name, (_infer, _attrs, _num, _outputs, _doc) in _ALONG_DIM.items():
+    define(_name, FAMILY, ["x"], _infer, attrs=dict(_attrs), numerics=_num, outputs=_outputs, doc=_doc)
 
 _VAR_NOTE = (
     "Numerics: TT-NN's Welford program on the SFPU, modelled as two fp32 passes (mean, then the sum of squared "
     "deviations) with bf16-rounded accumulators when fp32_acc=False; std is the SFPU's sqrt of var."
 )
 _VAR_ATTRS = {**_DIMS, "correction": 1}
-define(
-    "var",
-    FAMILY,
-    ["x"],
-    _var(1, "var"),
-    attrs=dict(_VAR_ATTRS),
-    numerics=REDUCE_MATH,
-    doc="The variance of x over `dims`: sum((x - mean)^2) / max(N - correction, 0) (correction 1 = Bessel's, 0 = "
-    "population); N - correction <= 0 gives inf or NaN as PyTorch. Floats only. " + _VAR_NOTE,
-)
-define(
-    "std",
-    FAMILY,
-    ["x"],
-    _var(1, "std"),
-    attrs=dict(_VAR_ATTRS),
-    numerics=REDUCE_MATH,
-    doc="sqrt(var(x, dims, correction)). Floats only. " + _VAR_NOTE,
-)
-define(
-    "var_mean",
-    FAMILY,
-    ["x"],
-    _var(2, "var_mean"),
-    attrs=dict(_VAR_ATTRS),
-    numerics=REDUCE_MATH,
-    outputs=2,
-    doc="(var, mean) of x over `dims` from one pass over the data. Floats only. " + _VAR_NOTE,
-)
-define(
-    "std_mean",
-    FAMILY,
-    ["x"],
-    _var(2, "std_mean"),
-    attrs=dict(_VAR_ATTRS),
-    numerics=REDUCE_MATH,
-    outputs=2,
-    doc="(std, mean) of x over `dims`. Floats only. " + _VAR_NOTE,
-)
+# The Welford family: name -> (outputs, doc).
+_VARIANCES: dict[str, tuple[int, str]] = {
+    "var": (1, "The variance of x over `dims`: sum((x - mean)^2) / max(N - correction, 0) (correction 1 = Bessel's, "
+               "0 = population); N - correction <= 0 gives inf or NaN as PyTorch. Floats only. " + _VAR_NOTE),
+    "std": (1, "sqrt(var(x, dims, correction)). Floats only. " + _VAR_NOTE),
+    "var_mean": (2, "(var, mean) of x over `dims` from one pass over the data. Floats only. " + _VAR_NOTE),
+    "std_mean": (2, "(std, mean) of x over `dims`. Floats only. " + _VAR_NOTE),
+}  # fmt: skip
 
-define(
-    "logsumexp",
-    FAMILY,
-    ["x"],
-    _with_op("logsumexp", _reduction("float_or_f32")),
-    attrs=dict(_DIMS),
-    numerics=REDUCE_MATH,
-    doc="log(sum(exp(x))) over `dims`, computed as m + log(sum(exp(x - m))) with m the maximum (m taken as 0 where "
-    "it is +-inf, as PyTorch); empty: -inf; integer inputs give float32. provider ttnn: TT-NN has no "
-    "logsumexp, so this models the chain of TT-NN ops a frontend would issue (max, subtract, exp, sum, log, "
-    "add), each result stored in the output dtype (bf16 rounding between ops). provider ktt: one kernel "
-    "keeping m, the exps and their sum in fp32 (exact SFPU exp), rounded once.",
-)
-define(
-    "all",
-    FAMILY,
-    ["x"],
-    _with_op("all", _reduction("bool")),
-    attrs=dict(_DIMS),
-    numerics=EXACT,
-    doc="True where every element of x over `dims` is non-zero (NaN counts as non-zero); empty: True. Exact.",
-)
-define(
-    "any",
-    FAMILY,
-    ["x"],
-    _with_op("any", _reduction("bool")),
-    attrs=dict(_DIMS),
-    numerics=EXACT,
-    doc="True where some element of x over `dims` is non-zero (NaN counts); empty: False. Exact.",
-)
-define(
-    "count_nonzero",
-    FAMILY,
-    ["x"],
-    _with_op("count_nonzero", _reduction("int32")),
-    attrs=dict(_DIMS),
-    numerics=EXACT,
-    doc="The int32 number of non-zero elements of x over `dims` (NaN counts). Exact.",
-)
+for _name, (_outputs, _doc) in _VARIANCES.items():
+    define(_name, FAMILY, ["x"], _var(_outputs, _name), attrs=dict(_VAR_ATTRS), numerics=REDUCE_MATH,
+           outputs=_outputs, doc=_doc)  # fmt: skip
 
-define(
-    "cumsum",
-    FAMILY,
-    ["x"],
-    lambda i, a: _scan(i, a, "cumsum"),
-    attrs={"dim": -1, "dtype": None},
-    numerics=REDUCE_MATH,
-    doc="Inclusive prefix sums of x along `dim`; dtypes as sum. Numerics (TT-NN's accumulation program): per "
-    "step the input and the running total are copied into DST and added on the SFPU in IEEE fp32; the total keeps "
-    "DST's width (bf16-rounded every step when fp32_acc=False); fp32 sums are Kahan-compensated (TT-NN's default), "
-    "within about one fp32 ulp of the exact prefix sum. Integers exact, wrapping.",
-)
-define(
-    "cumprod",
-    FAMILY,
-    ["x"],
-    lambda i, a: _scan(i, a, "cumprod"),
-    attrs={"dim": -1, "dtype": None},
-    numerics=REDUCE_MATH,
-    doc="Inclusive prefix products of x along `dim`; dtypes as sum. Numerics: per step an SFPU multiply in IEEE "
-    "fp32 (no fidelity), the running product at DST's width (bf16-rounded every step when fp32_acc=False). "
-    "Integers exact, wrapping.",
-)
 define(
     "vector_norm",
     FAMILY,

@@ -1,0 +1,43 @@
+"""Where the tests find a Python with TT-NN 0.81.1, and the environment they run it in (shared by test_formats.py and
+test_ttnn_contract.py). ``scripts/ttnn_venv.sh`` makes the checkout's ``.venv-ttnn``; ``KTT_TTNN_PYTHON`` points at
+another Python."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+NO_TTNN = "no Python with ttnn 0.81.1: run scripts/ttnn_venv.sh (needs Python 3.12) or set KTT_TTNN_PYTHON"
+
+# A single P150 (Blackhole, no harvested Tensix columns) for TT-Metal's mock cluster: TT-NN's host conversions ask
+# the runtime for tile sizes and L1 alignment, which otherwise needs a card.
+MOCK_P150 = """\
+arch: {0: blackhole}
+chips: {}
+chip_unique_ids: {0: 4466765987841}
+ethernet_connections: []
+ethernet_connections_to_remote_devices: []
+chips_with_mmio: [{0: 0}]
+harvesting:
+  0: {noc_translation: true, harvest_mask: 0, dram_harvesting_mask: 0, eth_harvesting_mask: 288,
+      pcie_harvesting_mask: 2, l2cpu_harvesting_mask: 0}
+chip_to_boardtype: {0: p150}
+boards:
+  - [{board_id: 4466765987841}, {board_type: p150}, {chips: [0]}]
+asic_locations: {0: 0}
+"""
+
+
+def find_ttnn_python() -> Path | None:
+    """The Python that has ttnn: ``KTT_TTNN_PYTHON``, else the checkout's ``.venv-ttnn``; None if it does not exist."""
+    given = os.environ.get("KTT_TTNN_PYTHON")
+    path = Path(given) if given else ROOT / ".venv-ttnn" / "bin" / "python"
+    return path if path.exists() else None
+
+
+def ttnn_env(**extra: str) -> dict[str, str]:
+    """This process's environment for that Python: without TT_METAL_* and PYTHON* settings, TT-Metal's logging
+    quiet, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TT_METAL_", "PYTHON"))}
+    return env | {"TT_LOGGER_LEVEL": "off", "LOGURU_LEVEL": "WARNING"} | extra
