@@ -1,0 +1,72 @@
+"""The tinygrad frontend: the card as the tinygrad device ``"KTT"``.
+
+:func:`register` (run by ``import kohakutt.tinygrad``) makes ``Device["KTT"]`` resolve to :class:`KTTDevice` without
+changing tinygrad on disk: the module is placed where tinygrad's device lookup imports ``ops_<name>`` from, the KTT
+renderer's compile hook is installed and ``Tensor.rand`` learns to draw on the card.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from kohakutt.errors import ConfigError
+from kohakutt.frontends.tinygrad.counters import HostFallbackWarning, reset, stats
+from kohakutt.ir.numerics import Fidelity, Numerics
+from kohakutt.ir.numerics import numerics as _numerics
+
+DEVICE = "KTT"
+_TTNN_FIDELITY = {0: Fidelity.LoFi, 2: Fidelity.HiFi2, 3: Fidelity.HiFi3, 4: Fidelity.HiFi4}
+
+
+def register() -> None:
+    """Make ``"KTT"`` a tinygrad device (chip 0; ``"KTT:1"`` is chip 1). Idempotent."""
+    import tinygrad.runtime
+    from kohakutt.frontends.tinygrad import device, random, renderer
+
+    renderer.install()
+    random.install()
+    name = "tinygrad.runtime.ops_ktt"
+    if name not in sys.modules:
+        sys.modules[name] = device
+        tinygrad.runtime.ops_ktt = device  # type: ignore[attr-defined]
+
+
+def fidelity_of(value: Fidelity | str | int) -> Fidelity:
+    """A fidelity named as TT-NN's ``MathFidelity`` numbers it (0 LoFi, 2 HiFi2, 3 HiFi3, 4 HiFi4), by name, or a
+    :class:`~kohakutt.Fidelity`."""
+    if isinstance(value, Fidelity):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value not in _TTNN_FIDELITY:
+            raise ConfigError(
+                f"fidelity={value} is not one of TT-NN's MathFidelity values: use 0 (LoFi), 2 (HiFi2), "
+                "3 (HiFi3) or 4 (HiFi4), or a name such as 'HiFi2'"
+            )
+        return _TTNN_FIDELITY[value]
+    return Fidelity.of(value)
+
+
+@contextmanager
+def numerics(
+    fidelity: Fidelity | str | int | None = None, fp32_acc: bool | None = None, approx: bool | None = None
+) -> Iterator[Numerics]:
+    """Kernels run inside the block take these settings (matmul fidelity above all): ``fidelity`` as TT-NN numbers
+    it (0 LoFi, 2 HiFi2, 3 HiFi3, 4 HiFi4) or by name. tinygrad is lazy, so the scope applies to the kernels
+    realized inside it (``.item()``, ``.numpy()``, ``.realize()``); a TinyJit replay keeps the settings of its
+    capture."""
+    with _numerics(None if fidelity is None else fidelity_of(fidelity), fp32_acc, approx) as n:
+        yield n
+
+
+def device_of(chip: int = 0) -> Any:
+    """The ``tinygrad.Device`` entry of ``chip`` (opening it on first use)."""
+    from tinygrad import Device
+
+    register()
+    return Device[DEVICE if chip == 0 else f"{DEVICE}:{chip}"]
+
+
+__all__ = ["DEVICE", "HostFallbackWarning", "device_of", "fidelity_of", "numerics", "register", "reset", "stats"]

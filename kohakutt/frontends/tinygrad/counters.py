@@ -1,0 +1,73 @@
+"""What the KTT device did: kernels on the tile path, kernels on the host (by reason), IR ops issued.
+
+Host runs are never silent: each reason kind (``dtype:float16``, ``op:THREEFRY``, ...) warns once per process with a
+:class:`HostFallbackWarning` and is counted here.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import Counter
+from typing import Any
+
+
+class HostFallbackWarning(RuntimeWarning):
+    """A KTT kernel ran on the host (tinygrad's PYTHON interpreter) instead of the card."""
+
+
+_lock = threading.Lock()
+_counts: Counter[str] = Counter()
+_host: Counter[str] = Counter()
+_ops: Counter[str] = Counter()
+_warned: set[str] = set()
+
+
+def count(name: str, n: int = 1) -> None:
+    with _lock:
+        _counts[name] += n
+
+
+def count_op(op: str) -> None:
+    with _lock:
+        _ops[op] += 1
+
+
+def host_run(kind: str, detail: str) -> None:
+    """Count one host run of a kernel whose reason is ``kind``; warn the first time a kind is seen."""
+    with _lock:
+        _host[kind] += 1
+        first = kind not in _warned
+        _warned.add(kind)
+    if first:
+        warnings.warn(
+            f"KTT: a tinygrad kernel runs on the host, not the card ({detail}); counted in "
+            "kohakutt.tinygrad.stats()['host_kernels']",
+            HostFallbackWarning,
+            stacklevel=3,
+        )
+
+
+def stats() -> dict[str, Any]:
+    """Counters since the process started (or the last :func:`reset`): kernels run on the card (``tile_kernels``),
+    on the host by reason (``host_kernels``), matmuls, gathers, IR ops by name, graph (TinyJit) replays."""
+    with _lock:
+        return {
+            "tile_kernels": _counts["tile_kernels"],
+            "random_kernels": _counts["random_kernels"],
+            "host_kernels": dict(_host),
+            "host_total": sum(_host.values()),
+            "matmuls": _counts["matmuls"],
+            "gathers": _counts["gathers"],
+            "graph_replays": _counts["graph_replays"],
+            "graph_kernels": _counts["graph_kernels"],
+            "ir_ops": dict(_ops),
+        }
+
+
+def reset() -> None:
+    """Zero the counters (the once-per-kind warnings stay given)."""
+    with _lock:
+        _counts.clear()
+        _host.clear()
+        _ops.clear()

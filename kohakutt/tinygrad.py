@@ -1,0 +1,22 @@
+"""``import kohakutt.tinygrad`` registers the card (chip 0) as the tinygrad device ``"KTT"``.
+
+The user's code is plain tinygrad: ``Tensor(..., device="KTT")``, ``.to("KTT")``, ``DEV=KTT``. See
+``docs/tinygrad.md``; the implementation lives in :mod:`kohakutt.frontends.tinygrad`.
+"""
+
+from __future__ import annotations
+
+from kohakutt.frontends.tinygrad import (
+    DEVICE,
+    HostFallbackWarning,
+    device_of,
+    fidelity_of,
+    numerics,
+    register,
+    reset,
+    stats,
+)
+
+register()
+
+__all__ = ["DEVICE", "HostFallbackWarning", "device_of", "fidelity_of", "numerics", "register", "reset", "stats"]
