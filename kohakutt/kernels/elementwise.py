@@ -74,7 +74,7 @@ def fp32_dst(call: SimCall) -> bool:
 
 
 def _fid(num: Numerics) -> str:
-    return (num.fidelity or Fidelity.HiFi4).name
+    return (Fidelity.HiFi4 if num.fidelity is None else num.fidelity).name
 
 
 def _exact(fn: Callable[..., np.ndarray], *args: np.ndarray) -> np.ndarray:

@@ -59,13 +59,32 @@ def run_probe(python: Path, request: dict) -> dict:
     return json.loads(res.stdout)
 
 
+def declared_contract() -> tuple[list[str], dict[str, list[str]]]:
+    """The backend's TT-NN names and keywords plus every op family module's (``TTNN_NAMES`` / ``TTNN_SIGNATURES``
+    in each module that ``kohakutt.kernels.families`` imports), keywords of one callable united."""
+    import kohakutt.kernels.families as families
+
+    modules = [tb, *(m for m in vars(families).values() if isinstance(m, types.ModuleType))]
+    names: dict[str, None] = {}
+    signatures: dict[str, list[str]] = {}
+    for m in modules:
+        names.update(dict.fromkeys(getattr(m, "TTNN_NAMES", ())))
+        for k, v in getattr(m, "TTNN_SIGNATURES", {}).items():
+            signatures[k] = list(dict.fromkeys([*signatures.get(k, []), *v]))
+    return list(names), signatures
+
+
 @pytest.fixture(scope="module")
 def contract(ttnn_python: Path) -> dict:
-    return run_probe(ttnn_python, {
-        "names": list(tb.TTNN_NAMES),
-        "signatures": {k: list(v) for k, v in tb.TTNN_SIGNATURES.items()},
-        "bind_probes": BIND_PROBES,
-    })  # fmt: skip
+    names, signatures = declared_contract()
+    return run_probe(ttnn_python, {"names": names, "signatures": signatures, "bind_probes": BIND_PROBES})
+
+
+def test_every_op_family_declares_its_ttnn_names():
+    names, _ = declared_contract()
+    from kohakutt.kernels import fused
+
+    assert set(fused.TTNN_NAMES) <= set(names) and "experimental.rotary_embedding_llama" in names
 
 
 # ------------------------------------------------------------------------------------------- the contract itself

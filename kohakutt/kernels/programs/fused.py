@@ -1,0 +1,920 @@
+"""Kohaku-TT's own fused programs: bias + GELU, the SiLU-gated product (silu_mul, swiglu) and rotary embedding, each
+one reader / compute / writer program over circular buffers, written as Metalium C++ and as the simulator's twin.
+
+Every program streams the output's tiles, split over cores as TT-NN's ``split_work_to_cores`` does; the reader
+brings each output tile's operand tiles into L1, the compute kernel works on one tile in DST at a time, the writer
+sends the result back. The arithmetic (what is rounded where) is in the op docs (``kohakutt/ir/defs/fused.py``) and
+in the vectorized model that ``kernels.run`` executes (``kohakutt/kernels/fused.py``); the tests check that the two
+give the same bits. :func:`run_program` runs an op's program on a device over tile-layout tensors.
+
+What the programs take: operands in tile layout, bfloat16 or a block float (bfloat8_b / bfloat4_b); a bias, cos and
+sin in bfloat16. float32 operands go to TT-NN's SFPU path instead (the FPU truncates float32 to TF32).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from kohakutt.errors import KohakuTTUnsupportedOperator
+from kohakutt.hal import formats
+from kohakutt.hal.buffer import Buffer
+from kohakutt.hal.card import P150A, CardSpec
+from kohakutt.hal.layout import TILE, Format, Layout, MemoryKind, padded_shape
+from kohakutt.hal.program import CircularBuffer, CoreRange, CoreRangeSet, Kernel, Program, Work, split_work
+from kohakutt.ir import ops as irops
+from kohakutt.ir.dtypes import DType
+from kohakutt.ir.numerics import Fidelity, Numerics, resolve
+from kohakutt.ir.ops import ShapeError, TensorSpec, norm_dim
+from kohakutt.kernels.tensor import DeviceTensor, empty
+
+CB_A, CB_B, CB_COS, CB_SIN, CB_ROT = 0, 1, 2, 3, 4  # inputs: x / gate, bias / up / swapped x, cos, sin, +-1 tile
+CB_OUT = 16
+CB_IM0, CB_IM1, CB_IM2 = 24, 25, 26  # intermediates
+ONE, NEG_ONE = 0x3F80, 0xBF80  # bfloat16 bits of 1.0 and -1.0
+
+# --------------------------------------------------------------------------------------------- shared kernels
+WRITER_CPP = r"""
+#include <cstdint>
+#include "dataflow_api.h"
+
+// Drains CB 16 into tiles [start, start + count) of the output.
+void kernel_main() {
+    const uint32_t dst_addr = get_arg_val<uint32_t>(0);
+    const uint32_t start = get_arg_val<uint32_t>(1);
+    const uint32_t count = get_arg_val<uint32_t>(2);
+    constexpr bool dst_is_dram = get_compile_time_arg_val(0) == 1;
+    constexpr uint32_t cb_out = tt::CBIndex::c_16;
+
+    const InterleavedAddrGenFast<dst_is_dram> dst = {
+        .bank_base_address = dst_addr, .page_size = get_tile_size(cb_out), .data_format = get_dataformat(cb_out)};
+
+    for (uint32_t t = start; t < start + count; ++t) {
+        cb_wait_front(cb_out, 1);
+        noc_async_write_tile(t, dst, get_read_ptr(cb_out));
+        noc_async_writes_flushed();
+        cb_pop_front(cb_out, 1);
+    }
+    noc_async_write_barrier();
+}
+"""
+
+
+def writer(k: Any) -> None:
+    start, count = k.get_arg_val(1), k.get_arg_val(2)
+    dst = k.tensor_accessor("out")
+    for t in range(start, start + count):
+        k.cb_wait_front(CB_OUT, 1)
+        k.noc_async_write_tile(t, dst, k.get_read_ptr(CB_OUT))
+        k.noc_async_writes_flushed()
+        k.cb_pop_front(CB_OUT, 1)
+    k.noc_async_write_barrier()
+
+
+def _pack_step(c: Any, cb: int) -> None:
+    """Commit DST, pack tile 0 into one reserved page of ``cb``, push it (the compute kernels' common tail)."""
+    c.tile_regs_commit()
+    c.cb_reserve_back(cb, 1)
+    c.tile_regs_wait()
+    c.pack_tile(0, cb)
+    c.tile_regs_release()
+    c.cb_push_back(cb, 1)
+
+
+# ------------------------------------------------------------------------------------------------- bias_gelu
+BIAS_GELU_READER_CPP = r"""
+#include <cstdint>
+#include "dataflow_api.h"
+
+// x tiles [start, start + count) into CB 0 and, for each, the bias tile of its column into CB 1 with row 0 copied
+// to all 32 rows: a 1-D bias is one tile row, its values in row 0 of faces 0 and 1 (bfloat16, 16 values a face row).
+void kernel_main() {
+    const uint32_t x_addr = get_arg_val<uint32_t>(0);
+    const uint32_t bias_addr = get_arg_val<uint32_t>(1);
+    const uint32_t start = get_arg_val<uint32_t>(2);
+    const uint32_t count = get_arg_val<uint32_t>(3);
+    const uint32_t Wt = get_arg_val<uint32_t>(4);
+    constexpr bool x_is_dram = get_compile_time_arg_val(0) == 1;
+    constexpr bool bias_is_dram = get_compile_time_arg_val(1) == 1;
+    constexpr uint32_t cb_x = tt::CBIndex::c_0;
+    constexpr uint32_t cb_bias = tt::CBIndex::c_1;
+    constexpr uint32_t FACE_WORDS = 128;  // 16 x 16 bfloat16 values
+    constexpr uint32_t ROW_WORDS = 8;     // 16 bfloat16 values
+
+    const InterleavedAddrGenFast<x_is_dram> x = {
+        .bank_base_address = x_addr, .page_size = get_tile_size(cb_x), .data_format = get_dataformat(cb_x)};
+    const InterleavedAddrGenFast<bias_is_dram> bias = {
+        .bank_base_address = bias_addr, .page_size = get_tile_size(cb_bias), .data_format = get_dataformat(cb_bias)};
+
+    for (uint32_t t = start; t < start + count; ++t) {
+        cb_reserve_back(cb_x, 1);
+        cb_reserve_back(cb_bias, 1);
+        const uint32_t bias_l1 = get_write_ptr(cb_bias);
+        noc_async_read_tile(t, x, get_write_ptr(cb_x));
+        noc_async_read_tile(t % Wt, bias, bias_l1);
+        noc_async_read_barrier();
+        volatile tt_l1_ptr uint32_t* b = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(bias_l1);
+        for (uint32_t face = 0; face < 4; ++face) {
+            const uint32_t src = (face & 1) * FACE_WORDS;  // row 0 of face 0 (columns 0-15) or face 1 (16-31)
+            for (uint32_t row = face < 2 ? 1 : 0; row < 16; ++row) {
+                for (uint32_t w = 0; w < ROW_WORDS; ++w) {
+                    b[face * FACE_WORDS + row * ROW_WORDS + w] = b[src + w];
+                }
+            }
+        }
+        cb_push_back(cb_x, 1);
+        cb_push_back(cb_bias, 1);
+    }
+}
+"""
+
+BIAS_GELU_COMPUTE_CPP = r"""
+#include <cstdint>
+#include "compute_kernel_api/eltwise_binary.h"
+#include "compute_kernel_api/eltwise_unary/eltwise_unary.h"
+#include "compute_kernel_api/eltwise_unary/gelu.h"
+
+// out = gelu(x + bias): the sum lands in DST (fp32 with fp32_dest_acc_en), gelu runs on it there (APPROX: the
+// kernel's math_approx_mode), one pack.
+namespace NAMESPACE {
+void MAIN {
+    const uint32_t count = get_arg_val<uint32_t>(0);
+    constexpr auto cb_x = tt::CBIndex::c_0;
+    constexpr auto cb_bias = tt::CBIndex::c_1;
+    constexpr auto cb_out = tt::CBIndex::c_16;
+
+    binary_op_init_common(cb_x, cb_bias, cb_out);
+    add_tiles_init(cb_x, cb_bias);
+    gelu_tile_init<APPROX>();
+    for (uint32_t i = 0; i < count; ++i) {
+        cb_wait_front(cb_x, 1);
+        cb_wait_front(cb_bias, 1);
+        tile_regs_acquire();
+        add_tiles(cb_x, cb_bias, 0, 0, 0);
+        gelu_tile<APPROX>(0);
+        tile_regs_commit();
+        cb_pop_front(cb_x, 1);
+        cb_pop_front(cb_bias, 1);
+
+        cb_reserve_back(cb_out, 1);
+        tile_regs_wait();
+        pack_tile(0, cb_out);
+        tile_regs_release();
+        cb_push_back(cb_out, 1);
+    }
+}
+}  // namespace NAMESPACE
+"""
+
+
+def broadcast_row0(tile: np.ndarray) -> np.ndarray:
+    """A bfloat16 tile's bytes (2048, face order) with row 0 copied to every row, as the reader does in L1."""
+    faces = tile.view(np.uint16).reshape(4, 16, 16).copy()
+    faces[0::2] = faces[0, 0]  # faces 0 and 2 hold columns 0-15
+    faces[1::2] = faces[1, 0]  # faces 1 and 3 hold columns 16-31
+    return faces.view(np.uint8).reshape(-1)
+
+
+def bias_gelu_reader(k: Any) -> None:
+    start, count, wt = k.get_arg_val(2), k.get_arg_val(3), k.get_arg_val(4)
+    x, bias = k.tensor_accessor("x"), k.tensor_accessor("bias")
+    for t in range(start, start + count):
+        k.cb_reserve_back(CB_A, 1)
+        k.cb_reserve_back(CB_B, 1)
+        bias_l1 = k.get_write_ptr(CB_B)
+        k.noc_async_read_tile(t, x, k.get_write_ptr(CB_A))
+        k.noc_async_read_tile(t % wt, bias, bias_l1)
+        k.noc_async_read_barrier()
+        k.l1_write(bias_l1, broadcast_row0(k.l1_read(bias_l1, k.get_tile_size(CB_B))))
+        k.cb_push_back(CB_A, 1)
+        k.cb_push_back(CB_B, 1)
+
+
+def bias_gelu_compute(c: Any) -> None:
+    count = c.get_arg_val(0)
+    c.binary_op_init_common(CB_A, CB_B, CB_OUT)
+    c.add_tiles_init(CB_A, CB_B)
+    c.gelu_tile_init()
+    for _ in range(count):
+        c.cb_wait_front(CB_A, 1)
+        c.cb_wait_front(CB_B, 1)
+        c.tile_regs_acquire()
+        c.add_tiles(CB_A, CB_B, 0, 0, 0)
+        c.gelu_tile(0)
+        c.tile_regs_commit()
+        c.cb_pop_front(CB_A, 1)
+        c.cb_pop_front(CB_B, 1)
+        c.cb_reserve_back(CB_OUT, 1)
+        c.tile_regs_wait()
+        c.pack_tile(0, CB_OUT)
+        c.tile_regs_release()
+        c.cb_push_back(CB_OUT, 1)
+
+
+# ------------------------------------------------------------------------------------------ silu_mul / swiglu
+GLU_READER_CPP = r"""
+#include <cstdint>
+#include "dataflow_api.h"
+
+// For output tiles [start, start + count): the gate tile into CB 0 and the up tile into CB 1. Two tensors (silu_mul):
+// tile t of each. One tensor split in halves (swiglu, SPLIT defined): x's tiles are (outer, 2 * half, inner) along
+// the split dim, output tile (o, i, r) takes gate (o, i, r) and up (o, half + i, r).
+void kernel_main() {
+    const uint32_t a_addr = get_arg_val<uint32_t>(0);
+    const uint32_t b_addr = get_arg_val<uint32_t>(1);
+    const uint32_t start = get_arg_val<uint32_t>(2);
+    const uint32_t count = get_arg_val<uint32_t>(3);
+    const uint32_t half = get_arg_val<uint32_t>(4);
+    const uint32_t inner = get_arg_val<uint32_t>(5);
+    constexpr bool a_is_dram = get_compile_time_arg_val(0) == 1;
+    constexpr bool b_is_dram = get_compile_time_arg_val(1) == 1;
+    constexpr uint32_t cb_gate = tt::CBIndex::c_0;
+    constexpr uint32_t cb_up = tt::CBIndex::c_1;
+
+    const InterleavedAddrGenFast<a_is_dram> a = {
+        .bank_base_address = a_addr, .page_size = get_tile_size(cb_gate), .data_format = get_dataformat(cb_gate)};
+    const InterleavedAddrGenFast<b_is_dram> b = {
+        .bank_base_address = b_addr, .page_size = get_tile_size(cb_up), .data_format = get_dataformat(cb_up)};
+
+    for (uint32_t t = start; t < start + count; ++t) {
+#ifdef SPLIT
+        const uint32_t o = t / (half * inner), ir = t % (half * inner);
+        const uint32_t gate_tile = o * 2 * half * inner + ir;
+        const uint32_t up_tile = gate_tile + half * inner;
+#else
+        const uint32_t gate_tile = t, up_tile = t;
+#endif
+        cb_reserve_back(cb_gate, 1);
+        cb_reserve_back(cb_up, 1);
+        noc_async_read_tile(gate_tile, a, get_write_ptr(cb_gate));
+        noc_async_read_tile(up_tile, b, get_write_ptr(cb_up));
+        noc_async_read_barrier();
+        cb_push_back(cb_gate, 1);
+        cb_push_back(cb_up, 1);
+    }
+}
+"""
+
+GLU_COMPUTE_CPP = r"""
+#include <cstdint>
+#include "compute_kernel_api/eltwise_binary.h"
+#include "compute_kernel_api/eltwise_unary/eltwise_unary.h"
+#include "compute_kernel_api/eltwise_unary/sigmoid.h"
+#include "compute_kernel_api/tile_move_copy.h"
+
+// out = sigmoid(gate) * (gate * up): sigmoid on the SFPU and gate * up on the FPU, each packed to an intermediate CB
+// (24, 25: fp32 with fp32_dest_acc_en, else bf16), then their FPU product, packed once.
+namespace NAMESPACE {
+void MAIN {
+    const uint32_t count = get_arg_val<uint32_t>(0);
+    constexpr auto cb_gate = tt::CBIndex::c_0;
+    constexpr auto cb_up = tt::CBIndex::c_1;
+    constexpr auto cb_sig = tt::CBIndex::c_24;
+    constexpr auto cb_gu = tt::CBIndex::c_25;
+    constexpr auto cb_out = tt::CBIndex::c_16;
+
+    binary_op_init_common(cb_gate, cb_up, cb_out);
+    for (uint32_t i = 0; i < count; ++i) {
+        cb_wait_front(cb_gate, 1);
+        cb_wait_front(cb_up, 1);
+
+        reconfig_data_format_srca(cb_gate);
+        pack_reconfig_data_format(cb_sig);
+        tile_regs_acquire();
+        copy_tile_to_dst_init_short(cb_gate);
+        copy_tile(cb_gate, 0, 0);
+        sigmoid_tile_init();
+        sigmoid_tile(0);
+        tile_regs_commit();
+        cb_reserve_back(cb_sig, 1);
+        tile_regs_wait();
+        pack_tile(0, cb_sig);
+        tile_regs_release();
+        cb_push_back(cb_sig, 1);
+
+        reconfig_data_format(cb_gate, cb_up);
+        pack_reconfig_data_format(cb_gu);
+        tile_regs_acquire();
+        mul_tiles_init(cb_gate, cb_up);
+        mul_tiles(cb_gate, cb_up, 0, 0, 0);
+        tile_regs_commit();
+        cb_reserve_back(cb_gu, 1);
+        tile_regs_wait();
+        pack_tile(0, cb_gu);
+        tile_regs_release();
+        cb_push_back(cb_gu, 1);
+        cb_pop_front(cb_gate, 1);
+        cb_pop_front(cb_up, 1);
+
+        cb_wait_front(cb_sig, 1);
+        cb_wait_front(cb_gu, 1);
+        reconfig_data_format(cb_sig, cb_gu);
+        pack_reconfig_data_format(cb_out);
+        tile_regs_acquire();
+        mul_tiles_init(cb_sig, cb_gu);
+        mul_tiles(cb_sig, cb_gu, 0, 0, 0);
+        tile_regs_commit();
+        cb_reserve_back(cb_out, 1);
+        tile_regs_wait();
+        pack_tile(0, cb_out);
+        tile_regs_release();
+        cb_push_back(cb_out, 1);
+        cb_pop_front(cb_sig, 1);
+        cb_pop_front(cb_gu, 1);
+    }
+}
+}  // namespace NAMESPACE
+"""
+
+
+def glu_tiles(t: int, half: int, inner: int, split: bool) -> tuple[int, int]:
+    """(gate tile, up tile) of output tile ``t``: the same tile of two tensors, or the two halves of one."""
+    if not split:
+        return t, t
+    o, ir = divmod(t, half * inner)
+    gate = o * 2 * half * inner + ir
+    return gate, gate + half * inner
+
+
+def glu_reader(k: Any) -> None:
+    start, count, half, inner = (k.get_arg_val(i) for i in range(2, 6))
+    split = "SPLIT" in k.defines
+    a = k.tensor_accessor(0)
+    b = a if split else k.tensor_accessor(1)
+    for t in range(start, start + count):
+        gate, up = glu_tiles(t, half, inner, split)
+        k.cb_reserve_back(CB_A, 1)
+        k.cb_reserve_back(CB_B, 1)
+        k.noc_async_read_tile(gate, a, k.get_write_ptr(CB_A))
+        k.noc_async_read_tile(up, b, k.get_write_ptr(CB_B))
+        k.noc_async_read_barrier()
+        k.cb_push_back(CB_A, 1)
+        k.cb_push_back(CB_B, 1)
+
+
+def glu_compute(c: Any) -> None:
+    count = c.get_arg_val(0)
+    c.binary_op_init_common(CB_A, CB_B, CB_OUT)
+    for _ in range(count):
+        c.cb_wait_front(CB_A, 1)
+        c.cb_wait_front(CB_B, 1)
+        c.tile_regs_acquire()
+        c.copy_tile_to_dst_init_short(CB_A)
+        c.copy_tile(CB_A, 0, 0)
+        c.sigmoid_tile_init()
+        c.sigmoid_tile(0)
+        _pack_step(c, CB_IM0)
+        c.tile_regs_acquire()
+        c.mul_tiles_init(CB_A, CB_B)
+        c.mul_tiles(CB_A, CB_B, 0, 0, 0)
+        _pack_step(c, CB_IM1)
+        c.cb_pop_front(CB_A, 1)
+        c.cb_pop_front(CB_B, 1)
+        c.cb_wait_front(CB_IM0, 1)
+        c.cb_wait_front(CB_IM1, 1)
+        c.tile_regs_acquire()
+        c.mul_tiles_init(CB_IM0, CB_IM1)
+        c.mul_tiles(CB_IM0, CB_IM1, 0, 0, 0)
+        _pack_step(c, CB_OUT)
+        c.cb_pop_front(CB_IM0, 1)
+        c.cb_pop_front(CB_IM1, 1)
+
+
+# ---------------------------------------------------------------------------------------------------- rotary
+ROTARY_READER_CPP = r"""
+#include <cstdint>
+#include "dataflow_api.h"
+
+// For output tiles [start, start + count) of a (..., Ht * 32, Wt * 32) tensor: its x tile into CB 0, the cos and
+// sin tiles of its (row, column) into CB 2 / CB 3 (of its matrix when cos / sin have one per matrix, else of the
+// single one). Matmul form (SWAP_HALVES undefined): once, the +-1 rotation tile into CB 4, built here in L1.
+// Swap form: also the x tile of the other half into CB 1 (and, for the backward, sin of the other half).
+void kernel_main() {
+    const uint32_t x_addr = get_arg_val<uint32_t>(0);
+    const uint32_t cos_addr = get_arg_val<uint32_t>(1);
+    const uint32_t sin_addr = get_arg_val<uint32_t>(2);
+    const uint32_t start = get_arg_val<uint32_t>(3);
+    const uint32_t count = get_arg_val<uint32_t>(4);
+    const uint32_t Ht = get_arg_val<uint32_t>(5);
+    const uint32_t Wt = get_arg_val<uint32_t>(6);
+    const uint32_t cos_per_matrix = get_arg_val<uint32_t>(7);
+    const uint32_t half = get_arg_val<uint32_t>(8);       // matmul form: head_dim / 2 of the half form, 0: pairs
+    const uint32_t transpose = get_arg_val<uint32_t>(9);  // 1 for the backward: the transposed rotation
+    const uint32_t head_dim = get_arg_val<uint32_t>(10);
+    constexpr bool x_is_dram = get_compile_time_arg_val(0) == 1;
+    constexpr bool cos_is_dram = get_compile_time_arg_val(1) == 1;
+    constexpr bool sin_is_dram = get_compile_time_arg_val(2) == 1;
+    constexpr uint32_t cb_x = tt::CBIndex::c_0, cb_xs = tt::CBIndex::c_1, cb_cos = tt::CBIndex::c_2;
+    constexpr uint32_t cb_sin = tt::CBIndex::c_3, cb_rot = tt::CBIndex::c_4;
+
+    const InterleavedAddrGenFast<x_is_dram> x = {
+        .bank_base_address = x_addr, .page_size = get_tile_size(cb_x), .data_format = get_dataformat(cb_x)};
+    const InterleavedAddrGenFast<cos_is_dram> cs = {
+        .bank_base_address = cos_addr, .page_size = get_tile_size(cb_cos), .data_format = get_dataformat(cb_cos)};
+    const InterleavedAddrGenFast<sin_is_dram> sn = {
+        .bank_base_address = sin_addr, .page_size = get_tile_size(cb_sin), .data_format = get_dataformat(cb_sin)};
+
+#ifndef SWAP_HALVES
+    // r = x @ R: r[j] = -x[j + half] (j < half), x[j - half] (half <= j < head_dim); pairs: r[2k] = -x[2k + 1],
+    // r[2k + 1] = x[2k]. Entry (i, j) of R goes to face (i / 16) * 2 + j / 16; the backward writes R's transpose.
+    cb_reserve_back(cb_rot, 1);
+    volatile tt_l1_ptr uint16_t* rot = reinterpret_cast<volatile tt_l1_ptr uint16_t*>(get_write_ptr(cb_rot));
+    for (uint32_t e = 0; e < 1024; ++e) {
+        rot[e] = 0;
+    }
+    for (uint32_t j = 0; j < 32; ++j) {
+        uint32_t i;
+        uint16_t v;
+        if (half == 0) {
+            i = j ^ 1;
+            v = (j & 1) ? 0x3F80 : 0xBF80;
+        } else {
+            if (j >= head_dim) continue;
+            i = j < half ? j + half : j - half;
+            v = j < half ? 0xBF80 : 0x3F80;
+        }
+        const uint32_t r = transpose ? j : i, c = transpose ? i : j;
+        rot[((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15)] = v;
+    }
+    cb_push_back(cb_rot, 1);
+#endif
+
+    const uint32_t half_wt = Wt / 2;
+    for (uint32_t t = start; t < start + count; ++t) {
+        const uint32_t col = t % Wt, row = t / Wt;
+        const uint32_t cs_row = cos_per_matrix ? row : row % Ht;
+        cb_reserve_back(cb_x, 1);
+        cb_reserve_back(cb_cos, 1);
+        cb_reserve_back(cb_sin, 1);
+        noc_async_read_tile(t, x, get_write_ptr(cb_x));
+        noc_async_read_tile(cs_row * Wt + col, cs, get_write_ptr(cb_cos));
+#ifdef SWAP_HALVES
+        const uint32_t other = col < half_wt ? col + half_wt : col - half_wt;
+        cb_reserve_back(cb_xs, 1);
+        noc_async_read_tile(row * Wt + other, x, get_write_ptr(cb_xs));
+        noc_async_read_tile(cs_row * Wt + (transpose ? other : col), sn, get_write_ptr(cb_sin));
+#else
+        noc_async_read_tile(cs_row * Wt + col, sn, get_write_ptr(cb_sin));
+#endif
+        noc_async_read_barrier();
+        cb_push_back(cb_x, 1);
+#ifdef SWAP_HALVES
+        cb_push_back(cb_xs, 1);
+#endif
+        cb_push_back(cb_cos, 1);
+        cb_push_back(cb_sin, 1);
+    }
+}
+"""
+
+ROTARY_COMPUTE_CPP = r"""
+#include <cstdint>
+#include "compute_kernel_api/eltwise_binary.h"
+#include "compute_kernel_api/matmul.h"
+
+// Matmul form: forward q = (x @ R) * sin, backward q = (x * sin) @ R^T; out = x * cos + q. Swap form (SWAP_HALVES):
+// q = x_other * sin, out = x * cos - q in the first half of the forward (the second half of the backward), + q in
+// the other. Every product goes through an intermediate CB (24-26: fp32 with fp32_dest_acc_en, else bf16).
+namespace NAMESPACE {
+
+ALWI void pack_to(uint32_t cb) {
+    tile_regs_commit();
+    cb_reserve_back(cb, 1);
+    tile_regs_wait();
+    pack_tile(0, cb);
+    tile_regs_release();
+    cb_push_back(cb, 1);
+}
+
+ALWI void multiply(uint32_t a, uint32_t b, uint32_t out) {
+    reconfig_data_format(a, b);
+    pack_reconfig_data_format(out);
+    tile_regs_acquire();
+    mul_tiles_init(a, b);
+    mul_tiles(a, b, 0, 0, 0);
+    pack_to(out);
+}
+
+ALWI void rotate(uint32_t a, uint32_t out) {
+    reconfig_data_format(tt::CBIndex::c_4, a);
+    pack_reconfig_data_format(out);
+    tile_regs_acquire();
+    mm_init_short(a, tt::CBIndex::c_4);
+    matmul_tiles(a, tt::CBIndex::c_4, 0, 0, 0);
+    pack_to(out);
+}
+
+void MAIN {
+    const uint32_t start = get_arg_val<uint32_t>(0);
+    const uint32_t count = get_arg_val<uint32_t>(1);
+    const uint32_t Wt = get_arg_val<uint32_t>(2);
+    const uint32_t backward = get_arg_val<uint32_t>(3);
+    constexpr auto cb_x = tt::CBIndex::c_0, cb_xs = tt::CBIndex::c_1, cb_cos = tt::CBIndex::c_2;
+    constexpr auto cb_sin = tt::CBIndex::c_3, cb_rot = tt::CBIndex::c_4, cb_out = tt::CBIndex::c_16;
+    constexpr auto cb_r = tt::CBIndex::c_24, cb_p = tt::CBIndex::c_25, cb_q = tt::CBIndex::c_26;
+
+    binary_op_init_common(cb_x, cb_cos, cb_out);
+#ifndef SWAP_HALVES
+    cb_wait_front(cb_rot, 1);
+#endif
+    for (uint32_t t = start; t < start + count; ++t) {
+        cb_wait_front(cb_x, 1);
+        cb_wait_front(cb_cos, 1);
+        cb_wait_front(cb_sin, 1);
+        bool subtract = false;
+#ifdef SWAP_HALVES
+        cb_wait_front(cb_xs, 1);
+        multiply(cb_xs, cb_sin, cb_q);
+        cb_pop_front(cb_xs, 1);
+        subtract = ((t % Wt) < Wt / 2) != (backward != 0);
+#else
+        if (backward) {
+            multiply(cb_x, cb_sin, cb_r);
+            cb_wait_front(cb_r, 1);
+            rotate(cb_r, cb_q);
+        } else {
+            rotate(cb_x, cb_r);
+            cb_wait_front(cb_r, 1);
+            multiply(cb_r, cb_sin, cb_q);
+        }
+        cb_pop_front(cb_r, 1);
+#endif
+        multiply(cb_x, cb_cos, cb_p);
+        cb_pop_front(cb_x, 1);
+        cb_pop_front(cb_cos, 1);
+        cb_pop_front(cb_sin, 1);
+
+        cb_wait_front(cb_p, 1);
+        cb_wait_front(cb_q, 1);
+        reconfig_data_format(cb_p, cb_q);
+        pack_reconfig_data_format(cb_out);
+        tile_regs_acquire();
+        if (subtract) {
+            sub_tiles_init(cb_p, cb_q);
+            sub_tiles(cb_p, cb_q, 0, 0, 0);
+        } else {
+            add_tiles_init(cb_p, cb_q);
+            add_tiles(cb_p, cb_q, 0, 0, 0);
+        }
+        pack_to(cb_out);
+        cb_pop_front(cb_p, 1);
+        cb_pop_front(cb_q, 1);
+    }
+#ifndef SWAP_HALVES
+    cb_pop_front(cb_rot, 1);
+#endif
+}
+}  // namespace NAMESPACE
+"""
+
+
+def rotation_matrix(head_dim: int, interleaved: bool, transpose: bool = False) -> np.ndarray:
+    """The 32 x 32 +-1 tile R with ``rot(x) = x @ R`` for rows ``x`` of one tile (head_dim <= 32 for the half form;
+    the interleaved form pairs adjacent columns of every tile), or its transpose."""
+    r = np.zeros((TILE, TILE), np.float32)
+    half = 0 if interleaved else head_dim // 2
+    for j in range(TILE):
+        if interleaved:
+            i, v = j ^ 1, (1.0 if j & 1 else -1.0)
+        elif j < head_dim:
+            i, v = (j + half, -1.0) if j < half else (j - half, 1.0)
+        else:
+            continue
+        r[i, j] = v
+    return np.ascontiguousarray(r.T) if transpose else r
+
+
+def rotary_reader(k: Any) -> None:
+    start, count, ht, wt, per_matrix, half, transpose, head_dim = (k.get_arg_val(i) for i in range(3, 11))
+    swap = "SWAP_HALVES" in k.defines
+    x, cs, sn = k.tensor_accessor("x"), k.tensor_accessor("cos"), k.tensor_accessor("sin")
+    if not swap:
+        k.cb_reserve_back(CB_ROT, 1)
+        tile = rotation_matrix(head_dim, half == 0, bool(transpose))
+        k.l1_write(k.get_write_ptr(CB_ROT), formats.pack(tile, Format.BFLOAT16))
+        k.cb_push_back(CB_ROT, 1)
+    half_wt = wt // 2
+    for t in range(start, start + count):
+        col, row = t % wt, t // wt
+        cs_row = row if per_matrix else row % ht
+        for cb in (CB_A, CB_COS, CB_SIN):
+            k.cb_reserve_back(cb, 1)
+        k.noc_async_read_tile(t, x, k.get_write_ptr(CB_A))
+        k.noc_async_read_tile(cs_row * wt + col, cs, k.get_write_ptr(CB_COS))
+        if swap:
+            other = col + half_wt if col < half_wt else col - half_wt
+            k.cb_reserve_back(CB_B, 1)
+            k.noc_async_read_tile(row * wt + other, x, k.get_write_ptr(CB_B))
+            k.noc_async_read_tile(cs_row * wt + (other if transpose else col), sn, k.get_write_ptr(CB_SIN))
+        else:
+            k.noc_async_read_tile(cs_row * wt + col, sn, k.get_write_ptr(CB_SIN))
+        k.noc_async_read_barrier()
+        k.cb_push_back(CB_A, 1)
+        if swap:
+            k.cb_push_back(CB_B, 1)
+        k.cb_push_back(CB_COS, 1)
+        k.cb_push_back(CB_SIN, 1)
+
+
+def _multiply(c: Any, a: int, b: int, out: int) -> None:
+    c.tile_regs_acquire()
+    c.mul_tiles_init(a, b)
+    c.mul_tiles(a, b, 0, 0, 0)
+    _pack_step(c, out)
+
+
+def _rotate(c: Any, a: int, out: int) -> None:
+    c.tile_regs_acquire()
+    c.mm_init_short(a, CB_ROT)
+    c.matmul_tiles(a, CB_ROT, 0, 0, 0)
+    _pack_step(c, out)
+
+
+def rotary_compute(c: Any) -> None:
+    start, count, wt, backward = (c.get_arg_val(i) for i in range(4))
+    swap = "SWAP_HALVES" in c.defines
+    c.binary_op_init_common(CB_A, CB_COS, CB_OUT)
+    if not swap:
+        c.cb_wait_front(CB_ROT, 1)
+    for t in range(start, start + count):
+        for cb in (CB_A, CB_COS, CB_SIN):
+            c.cb_wait_front(cb, 1)
+        subtract = False
+        if swap:
+            c.cb_wait_front(CB_B, 1)
+            _multiply(c, CB_B, CB_SIN, CB_IM2)
+            c.cb_pop_front(CB_B, 1)
+            subtract = ((t % wt) < wt // 2) != bool(backward)
+        else:
+            if backward:
+                _multiply(c, CB_A, CB_SIN, CB_IM0)
+                c.cb_wait_front(CB_IM0, 1)
+                _rotate(c, CB_IM0, CB_IM2)
+            else:
+                _rotate(c, CB_A, CB_IM0)
+                c.cb_wait_front(CB_IM0, 1)
+                _multiply(c, CB_IM0, CB_SIN, CB_IM2)
+            c.cb_pop_front(CB_IM0, 1)
+        _multiply(c, CB_A, CB_COS, CB_IM1)
+        for cb in (CB_A, CB_COS, CB_SIN):
+            c.cb_pop_front(cb, 1)
+        c.cb_wait_front(CB_IM1, 1)
+        c.cb_wait_front(CB_IM2, 1)
+        c.tile_regs_acquire()
+        if subtract:
+            c.sub_tiles_init(CB_IM1, CB_IM2)
+            c.sub_tiles(CB_IM1, CB_IM2, 0, 0, 0)
+        else:
+            c.add_tiles_init(CB_IM1, CB_IM2)
+            c.add_tiles(CB_IM1, CB_IM2, 0, 0, 0)
+        _pack_step(c, CB_OUT)
+        c.cb_pop_front(CB_IM1, 1)
+        c.cb_pop_front(CB_IM2, 1)
+    if not swap:
+        c.cb_pop_front(CB_ROT, 1)
+
+
+def rotary_form(head_dim: int, interleaved: bool) -> str | None:
+    """How the own rotary program rotates: "matmul" (by the +-1 tile: interleaved, or half form with head_dim <= 32),
+    "swap" (whole-tile halves: head_dim a multiple of 64), or None (the simulator's model only)."""
+    if interleaved or head_dim <= TILE:
+        return "matmul"
+    return "swap" if head_dim % (2 * TILE) == 0 else None
+
+
+# ------------------------------------------------------------------------------------------------- building
+def _is_dram(b: Buffer) -> int:
+    return 1 if b.kind is MemoryKind.DRAM else 0
+
+
+def worker_cores(units: int, card: CardSpec = P150A, max_cores: int | None = None) -> CoreRangeSet:
+    """The first ``min(units, max_cores, grid)`` worker cores, row by row (one core at least)."""
+    gx, gy = card.grid
+    n = max(1, min(units, max_cores or gx * gy, gx * gy))
+    full, rest = divmod(n, gx)
+    ranges = [CoreRange((0, 0), (gx - 1, full - 1))] if full else []
+    if rest:
+        ranges.append(CoreRange((0, full), (rest - 1, full)))
+    return CoreRangeSet.of(ranges)
+
+
+def _compute(source: str, sim: Callable[[Any], None], cores: CoreRangeSet, num: Numerics, fp32: bool,
+             approx: bool = False, defines: Mapping[str, str] | None = None) -> Kernel:  # fmt: skip
+    fid = num.fidelity if num.fidelity is not None else Fidelity.HiFi4
+    return Kernel("compute", source, cores, sim, math_fidelity=fid.name, fp32_dest_acc_en=fp32,
+                  math_approx_mode=approx, defines=dict(defines or {}))  # fmt: skip
+
+
+def _cbs(cores: CoreRangeSet, formats_: Mapping[int, Format], pages: int = 2) -> list[CircularBuffer]:
+    return [CircularBuffer(i, f, f.tile_bytes, pages, cores) for i, f in sorted(formats_.items())]
+
+
+def _fmt(t: DeviceTensor) -> Format:
+    return t.spec.dtype.format
+
+
+def _work(tiles: int, ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], reads_per_tile: float,
+          fpu: int, sfpu: int, matmul: int = 0) -> Work:  # fmt: skip
+    """DRAM bytes (each operand tile read ``reads_per_tile`` times per output tile, the output once) and tile ops."""
+    out_bytes = sum(o.buffer.nbytes for o in outs)
+    per_tile = sum(_fmt(t).tile_bytes for t in ins) * reads_per_tile
+    return Work(dram_bytes=int(out_bytes + per_tile * tiles), fpu_tiles=fpu * tiles, sfpu_tiles=sfpu * tiles,
+                matmul_tiles=matmul * tiles)  # fmt: skip
+
+
+def bias_gelu_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], attrs: Mapping[str, Any],
+                      num: Numerics, fp32: bool, max_cores: int | None = None) -> Program:  # fmt: skip
+    """gelu(x + bias) over every tile of x (the bias tile of each column broadcast down its rows by the reader)."""
+    x, bias = ins
+    (out,) = outs
+    tiles = out.buffer.num_pages
+    wt = padded_shape(x.shape)[-1] // TILE
+    cores = worker_cores(tiles, max_cores=max_cores)
+
+    def args(bufs: Sequence[Buffer], rt: Mapping[str, Any]) -> dict[str, Any]:
+        split = split_work(tiles, cores)
+        return {"reader": {c: [bufs[0].address, bufs[1].address, s, n, wt] for c, s, n in split},
+                "compute": {c: [n] for c, s, n in split},
+                "writer": {c: [bufs[2].address, s, n] for c, s, n in split}}  # fmt: skip
+
+    return Program(
+        "ktt_bias_gelu",
+        [Kernel("reader", BIAS_GELU_READER_CPP, cores, bias_gelu_reader,
+                compile_time_args=[_is_dram(x.buffer), _is_dram(bias.buffer)]),
+         _compute(BIAS_GELU_COMPUTE_CPP, bias_gelu_compute, cores, num, fp32, attrs["approximate"] == "tanh"),
+         Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=[_is_dram(out.buffer)])],
+        _cbs(cores, {CB_A: _fmt(x), CB_B: Format.BFLOAT16, CB_OUT: _fmt(out)}),
+        runtime_args=args, tensors=("x", "bias", "out"),
+        work=_work(tiles, ins, outs, 1, fpu=1, sfpu=2),
+    )  # fmt: skip
+
+
+def split_geometry(shape: Sequence[int], dim: int) -> tuple[int, int]:
+    """(half, inner) for splitting a tile-layout tensor of ``shape`` in two along ``dim``: its tiles are
+    (outer, 2 * half, inner) with the split running through the middle axis (half in tiles for one of the last two
+    dims, in matrices for a leading dim). Raises when a half is not whole tiles."""
+    nd = len(shape)
+    d = norm_dim(dim, nd, "swiglu")
+    p = padded_shape(shape)
+    ht, wt = p[-2] // TILE, p[-1] // TILE
+    half = shape[d] // 2
+    if d >= nd - 2:
+        if half % TILE:
+            raise KohakuTTUnsupportedOperator(
+                f"swiglu's own program splits whole tiles: dim {dim} of {tuple(shape)} splits into halves of {half}, "
+                "not a multiple of 32; the simulator's model (kernels.run) computes this split")
+        return half // TILE, (wt if d == nd - 2 else 1)
+    return half, math.prod(shape[d + 1 : nd - 2]) * ht * wt
+
+
+def glu_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], attrs: Mapping[str, Any],
+                num: Numerics, fp32: bool, max_cores: int | None = None) -> Program:  # fmt: skip
+    """silu(gate) * up over every output tile: two tensors (silu_mul), or the halves of one along ``attrs['dim']``
+    (swiglu)."""
+    split = len(ins) == 1
+    (out,) = outs
+    tiles = out.buffer.num_pages
+    half, inner = split_geometry(ins[0].shape, attrs["dim"]) if split else (1, 1)
+    cores = worker_cores(tiles, max_cores=max_cores)
+    im = Format.FLOAT32 if fp32 else Format.BFLOAT16
+
+    def args(bufs: Sequence[Buffer], rt: Mapping[str, Any]) -> dict[str, Any]:
+        sp = split_work(tiles, cores)
+        a, b = bufs[0].address, bufs[0 if split else 1].address
+        return {"reader": {c: [a, b, s, n, half, inner] for c, s, n in sp},
+                "compute": {c: [n] for c, s, n in sp},
+                "writer": {c: [bufs[-1].address, s, n] for c, s, n in sp}}  # fmt: skip
+
+    dram = [_is_dram(t.buffer) for t in ins]
+    return Program(
+        "ktt_swiglu" if split else "ktt_silu_mul",
+        [Kernel("reader", GLU_READER_CPP, cores, glu_reader, compile_time_args=[dram[0], dram[-1]],
+                defines={"SPLIT": "1"} if split else {}),
+         _compute(GLU_COMPUTE_CPP, glu_compute, cores, num, fp32),
+         Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=[_is_dram(out.buffer)])],
+        _cbs(cores, {CB_A: _fmt(ins[0]), CB_B: _fmt(ins[-1]), CB_IM0: im, CB_IM1: im, CB_OUT: _fmt(out)}),
+        runtime_args=args, tensors=("x", "out") if split else ("gate", "up", "out"),
+        work=_work(tiles, ins, outs, 2 if split else 1, fpu=3, sfpu=1),
+    )  # fmt: skip
+
+
+def rotary_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], attrs: Mapping[str, Any],
+                   num: Numerics, fp32: bool, backward: bool = False,
+                   max_cores: int | None = None) -> Program:  # fmt: skip
+    """x * cos + rot(x) * sin (backward: grad * cos + rot^T(grad * sin)) over every tile of x."""
+    x, cs, sn = ins
+    (out,) = outs
+    shape = x.shape
+    head_dim, interleaved = shape[-1], bool(attrs["interleaved"])
+    form = rotary_form(head_dim, interleaved)
+    if form is None:
+        raise KohakuTTUnsupportedOperator(
+            f"the own rotary program takes a head_dim up to 32 or a multiple of 64 for the half form, got {head_dim}; "
+            "the simulator's model (kernels.run) computes other widths")
+    p = padded_shape(shape)
+    ht, wt = p[-2] // TILE, p[-1] // TILE
+    matrices = math.prod(p[:-2])
+    per_matrix = _cache_per_matrix(cs.shape, shape) and _cache_per_matrix(sn.shape, shape)
+    tiles = out.buffer.num_pages
+    cores = worker_cores(tiles, max_cores=max_cores)
+    swap = form == "swap"
+    half = 0 if interleaved else head_dim // 2
+    im = Format.FLOAT32 if fp32 else Format.BFLOAT16
+    if matrices and not per_matrix:
+        for n, c in (("cos", cs), ("sin", sn)):
+            if math.prod(padded_shape(c.shape)[:-2]) != 1:
+                raise KohakuTTUnsupportedOperator(
+                    f"the own rotary program takes {n} with one (seq, head_dim) matrix or one per matrix of x; got "
+                    f"{c.shape} for x {shape}: expand it first, or use kernels.run")
+
+    def args(bufs: Sequence[Buffer], rt: Mapping[str, Any]) -> dict[str, Any]:
+        sp = split_work(tiles, cores)
+        a = [bufs[0].address, bufs[1].address, bufs[2].address]
+        return {"reader": {c: [*a, s, n, ht, wt, int(per_matrix), half, int(backward), head_dim] for c, s, n in sp},
+                "compute": {c: [s, n, wt, int(backward)] for c, s, n in sp},
+                "writer": {c: [bufs[3].address, s, n] for c, s, n in sp}}  # fmt: skip
+
+    defines = {"SWAP_HALVES": "1"} if swap else {}
+    cb_formats = {CB_A: _fmt(x), CB_COS: _fmt(cs), CB_SIN: _fmt(sn), CB_IM0: im, CB_IM1: im, CB_IM2: im,
+                  CB_OUT: _fmt(out)}  # fmt: skip
+    if swap:
+        cb_formats[CB_B] = _fmt(x)
+    cbs = _cbs(cores, cb_formats)
+    if not swap:
+        cbs.append(CircularBuffer(CB_ROT, Format.BFLOAT16, Format.BFLOAT16.tile_bytes, 1, cores))
+    dram = [_is_dram(t.buffer) for t in ins]
+    return Program(
+        "ktt_rotary_embedding" + ("_backward" if backward else ""),
+        [Kernel("reader", ROTARY_READER_CPP, cores, rotary_reader, compile_time_args=dram, defines=defines),
+         _compute(ROTARY_COMPUTE_CPP, rotary_compute, cores, num, fp32, defines=defines),
+         Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=[_is_dram(out.buffer)])],
+        cbs, runtime_args=args, tensors=("x", "cos", "sin", "out"),
+        work=_work(tiles, ins, outs, 4 / 3 if swap else 1, fpu=3, sfpu=0, matmul=0 if swap else 1),
+    )  # fmt: skip
+
+
+def _cache_per_matrix(cache: Sequence[int], x: Sequence[int]) -> bool:
+    """Whether a cos / sin of shape ``cache`` has one (seq, head_dim) matrix per matrix of x (leading dims equal
+    once aligned on the right)."""
+    lead, xlead = tuple(cache[:-2]), tuple(x[:-2])
+    return math.prod(lead) == math.prod(xlead) and tuple(n for n in lead if n != 1) == tuple(n for n in xlead if n != 1)
+
+
+BUILDERS: dict[str, Callable[..., Program]] = {
+    "bias_gelu": bias_gelu_program,
+    "silu_mul": glu_program,
+    "swiglu": glu_program,
+    "rotary_embedding": rotary_program,
+    "rotary_embedding_backward": lambda *a, **k: rotary_program(*a, backward=True, **k),
+}
+
+
+def fp32_dst(num: Numerics) -> bool:
+    """The own programs' DST: fp32 unless the scope sets ``fp32_acc=False``."""
+    return True if num.fp32_acc is None else bool(num.fp32_acc)
+
+
+def build(op: str, ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], attrs: Mapping[str, Any],
+          num: Numerics, max_cores: int | None = None) -> Program:  # fmt: skip
+    """The own program of fused op ``op`` over these tensors (tile layout), checked for what the programs take."""
+    if op not in BUILDERS:
+        raise KohakuTTUnsupportedOperator(f"{op} has no own program; its ktt kernel is the simulator's model only")
+    for t in (*ins, *outs):
+        if t.spec.layout is not Layout.TILE:
+            raise ShapeError(f"{op}'s own program runs over tile-layout tensors; got {t.spec}: convert it to tile "
+                             "layout first")  # fmt: skip
+        if t.dtype is DType.FLOAT32 or not t.dtype.is_float:
+            raise KohakuTTUnsupportedOperator(
+                f"{op}'s own program takes bfloat16 or block-float tensors, got {t.dtype.value}: float32 operands run "
+                "TT-NN's SFPU path (kernels.run picks it), the FPU would truncate them to TF32")
+    small = {"bias_gelu": ins[1:], "rotary_embedding": ins[1:], "rotary_embedding_backward": ins[1:]}.get(op, ())
+    for t in small:
+        if t.dtype is not DType.BFLOAT16:
+            raise KohakuTTUnsupportedOperator(f"{op}'s own program takes its bias / cos / sin in bfloat16, got "
+                                              f"{t.dtype.value}: typecast them first")  # fmt: skip
+    return BUILDERS[op](ins, outs, attrs, num, fp32_dst(num), max_cores=max_cores)
+
+
+def run_program(op: str, inputs: Sequence[DeviceTensor], attrs: Mapping[str, Any] | None = None, *,
+                max_cores: int | None = None) -> list[DeviceTensor]:  # fmt: skip
+    """Run fused op ``op``'s own program on the inputs' device, tile by tile (``device.run_program``), with the
+    numerics of the current scope; return the outputs (new tile-layout tensors). ``kernels.run`` computes the same
+    bits with the vectorized model."""
+    d = irops.get(op)
+    d.check_arity(len(inputs))
+    bound = d.bind_attrs(dict(attrs or {}))
+    out_specs = d.infer([t.spec for t in inputs], bound)
+    dev = inputs[0].device
+    outs = [empty(dev, TensorSpec(s.shape, s.dtype, Layout.TILE)) for s in out_specs]
+    program = build(op, inputs, outs, bound, resolve(d.numerics), max_cores)
+    dev.run_program(program, [t.buffer for t in (*inputs, *outs)])
+    return outs
+
+
+__all__ = [
+    "BUILDERS", "bias_gelu_program", "broadcast_row0", "build", "fp32_dst", "glu_program", "glu_tiles",
+    "rotary_form", "rotary_program", "rotation_matrix", "run_program", "split_geometry", "worker_cores",
+]  # fmt: skip
