@@ -1,0 +1,856 @@
+"""Kohaku-TT's own layer norm / RMS norm program (with the fused residual add), and the vectorized model of the same
+arithmetic that the op library's fast path runs.
+
+One core normalizes whole tile rows (32 rows of the (R, W) view): the reader streams the row's W tiles into L1 once
+(the residual add, when fused, is done on the way in and the sum kept as stored in the output dtype), then the
+compute kernel takes three passes over the resident row:
+
+1. the mean, as ``s_tile @ ones`` accumulated over the row in an fp32 DST: every column of the result holds the row
+   sum, so the statistic is already broadcast across the tile; the last tile's ones have their padded rows zeroed,
+   so tile padding never counts. Then ``* (1/W)`` on the SFPU (fp32).
+2. ``(s - mean)^2`` (FPU subtract, SFPU square, fp32) into a resident fp32 row, summed the same way; ``* (1/W)``,
+   ``+ eps`` and ``rsqrt`` on the SFPU in fp32. RMS norm skips pass 1 and squares ``s`` itself.
+3. ``(s - mean) * rstd``, ``* gamma``, ``+ beta`` on the FPU, through fp32 circular buffers; one rounding, to the
+   output dtype, when packed. The reader broadcasts row 0 of each gamma / beta tile down the tile.
+
+Numerics follow the simulator's card model (``docs/concepts/numerics.md``): fp32 values re-entering the FPU are
+truncated to TF32 (19 bits); a multiply's SrcA keeps 10 significant bits, its SrcB 11 (fewer below HiFi3); the
+sums' products with 1.0 are exact; sums accumulate tile by tile in fp32 DST. :func:`rowwise_model` computes exactly
+these steps for all rows at once (torch CPU as the engine). The row lives in L1 (the s row in its dtype plus an fp32
+row of squares), so W is bounded by L1 (:func:`max_width`: about 7.5 K values for bfloat16); ``Program.validate``
+names the circular buffers that do not fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from kohakutt.hal import formats
+from kohakutt.hal.layout import TILE, Format
+from kohakutt.hal.program import CircularBuffer, CoreRange, Kernel, MathFidelity, Program, Work, split_work
+from kohakutt.ir.numerics import Fidelity
+
+# Circular buffers (tt::CBIndex values).
+CB_X, CB_RES, CB_ONES, CB_GAMMA, CB_BETA = 0, 1, 2, 3, 4
+CB_Y, CB_S_OUT, CB_MEAN_OUT, CB_RSTD_OUT = 16, 17, 18, 19
+CB_S, CB_MEAN, CB_SQ, CB_RSTD, CB_D, CB_T1, CB_T2 = 24, 25, 26, 27, 28, 29, 30
+
+# --------------------------------------------------------------------------------------------------- C++ sources
+READER_CPP = r"""
+#include <cstdint>
+#include "dataflow_api.h"
+
+// Per tile row: the row's Wt tiles of x (and of the residual) into CB 0 (1); then, when there are affine
+// parameters, tile wt of gamma / beta with row 0 copied down the tile. Two ones tiles for the row sums first:
+// all ones, and ones whose rows past the last tile's valid width are zero.
+inline void fill_ones(uint32_t l1, uint32_t valid_rows) {
+    volatile tt_l1_ptr uint16_t* p = reinterpret_cast<volatile tt_l1_ptr uint16_t*>(l1);
+    for (uint32_t face = 0; face < 4; ++face) {
+        for (uint32_t r = 0; r < 16; ++r) {
+            const uint32_t row = r + (face >= 2 ? 16 : 0);
+            for (uint32_t c = 0; c < 16; ++c) {
+                p[face * 256 + r * 16 + c] = row < valid_rows ? 0x3F80 : 0;  // bfloat16 1.0
+            }
+        }
+    }
+}
+
+template <typename T>
+inline void broadcast_row0(uint32_t l1) {
+    volatile tt_l1_ptr T* p = reinterpret_cast<volatile tt_l1_ptr T*>(l1);
+    for (uint32_t face = 0; face < 4; ++face) {
+        const uint32_t src = (face & 1) * 256;  // row 0 of face 0 (columns 0-15) or face 1 (16-31)
+        for (uint32_t r = (face < 2 ? 1 : 0); r < 16; ++r) {
+            for (uint32_t c = 0; c < 16; ++c) {
+                p[face * 256 + r * 16 + c] = p[src + c];
+            }
+        }
+    }
+}
+
+inline void read_param(uint32_t cb, uint32_t tile, const InterleavedAddrGenFast<true>& src) {
+    cb_reserve_back(cb, 1);
+    const uint32_t l1 = get_write_ptr(cb);
+    noc_async_read_tile(tile, src, l1);
+    noc_async_read_barrier();
+    if (get_tile_size(cb) == 4096) {
+        broadcast_row0<uint32_t>(l1);
+    } else {
+        broadcast_row0<uint16_t>(l1);
+    }
+    cb_push_back(cb, 1);
+}
+
+void kernel_main() {
+    const uint32_t x_addr = get_arg_val<uint32_t>(0);
+    const uint32_t res_addr = get_arg_val<uint32_t>(1);
+    const uint32_t gamma_addr = get_arg_val<uint32_t>(2);
+    const uint32_t beta_addr = get_arg_val<uint32_t>(3);
+    const uint32_t row_start = get_arg_val<uint32_t>(4);
+    const uint32_t rows = get_arg_val<uint32_t>(5);
+    constexpr uint32_t Wt = get_compile_time_arg_val(0);
+    constexpr uint32_t w_last = get_compile_time_arg_val(1);  // valid columns of the last tile, 0 = all 32
+
+    const InterleavedAddrGenFast<true> x = {
+        .bank_base_address = x_addr, .page_size = get_tile_size(tt::CBIndex::c_0),
+        .data_format = get_dataformat(tt::CBIndex::c_0)};
+#ifdef FUSE_PRE_ADD
+    const InterleavedAddrGenFast<true> res = {
+        .bank_base_address = res_addr, .page_size = get_tile_size(tt::CBIndex::c_1),
+        .data_format = get_dataformat(tt::CBIndex::c_1)};
+#endif
+#ifdef FUSE_GAMMA
+    const InterleavedAddrGenFast<true> gamma = {
+        .bank_base_address = gamma_addr, .page_size = get_tile_size(tt::CBIndex::c_3),
+        .data_format = get_dataformat(tt::CBIndex::c_3)};
+#endif
+#ifdef FUSE_BETA
+    const InterleavedAddrGenFast<true> beta = {
+        .bank_base_address = beta_addr, .page_size = get_tile_size(tt::CBIndex::c_4),
+        .data_format = get_dataformat(tt::CBIndex::c_4)};
+#endif
+
+    cb_reserve_back(tt::CBIndex::c_2, 2);
+    fill_ones(get_write_ptr(tt::CBIndex::c_2), 32);
+    fill_ones(get_write_ptr(tt::CBIndex::c_2) + 2048, w_last == 0 ? 32 : w_last);
+    cb_push_back(tt::CBIndex::c_2, 2);
+
+    for (uint32_t row = row_start; row < row_start + rows; ++row) {
+        for (uint32_t wt = 0; wt < Wt; ++wt) {
+            cb_reserve_back(tt::CBIndex::c_0, 1);
+            noc_async_read_tile(row * Wt + wt, x, get_write_ptr(tt::CBIndex::c_0));
+#ifdef FUSE_PRE_ADD
+            cb_reserve_back(tt::CBIndex::c_1, 1);
+            noc_async_read_tile(row * Wt + wt, res, get_write_ptr(tt::CBIndex::c_1));
+#endif
+            noc_async_read_barrier();
+            cb_push_back(tt::CBIndex::c_0, 1);
+#ifdef FUSE_PRE_ADD
+            cb_push_back(tt::CBIndex::c_1, 1);
+#endif
+        }
+        for (uint32_t wt = 0; wt < Wt; ++wt) {
+#ifdef FUSE_GAMMA
+            read_param(tt::CBIndex::c_3, wt, gamma);
+#endif
+#ifdef FUSE_BETA
+            read_param(tt::CBIndex::c_4, wt, beta);
+#endif
+        }
+    }
+}
+"""
+
+COMPUTE_CPP = r"""
+#include <cstdint>
+#include "compute_kernel_api/eltwise_binary.h"
+#include "compute_kernel_api/matmul.h"
+#include "compute_kernel_api/tile_move_copy.h"
+#include "compute_kernel_api/eltwise_unary/eltwise_unary.h"
+#include "compute_kernel_api/eltwise_unary/binop_with_scalar.h"
+#include "compute_kernel_api/eltwise_unary/rsqrt.h"
+#include "compute_kernel_api/eltwise_unary/square.h"
+
+// Layer norm / RMS norm of whole tile rows with fp32 statistics (see kohakutt/kernels/programs/norm.py).
+namespace NAMESPACE {
+
+constexpr auto cb_x = tt::CBIndex::c_0;
+constexpr auto cb_res = tt::CBIndex::c_1;
+constexpr auto cb_ones = tt::CBIndex::c_2;
+constexpr auto cb_gamma = tt::CBIndex::c_3;
+constexpr auto cb_beta = tt::CBIndex::c_4;
+constexpr auto cb_y = tt::CBIndex::c_16;
+constexpr auto cb_s_out = tt::CBIndex::c_17;
+constexpr auto cb_mean_out = tt::CBIndex::c_18;
+constexpr auto cb_rstd_out = tt::CBIndex::c_19;
+constexpr auto cb_mean = tt::CBIndex::c_25;
+constexpr auto cb_sq = tt::CBIndex::c_26;
+constexpr auto cb_rstd = tt::CBIndex::c_27;
+constexpr auto cb_d = tt::CBIndex::c_28;
+constexpr auto cb_t1 = tt::CBIndex::c_29;
+constexpr auto cb_t2 = tt::CBIndex::c_30;
+#ifdef FUSE_PRE_ADD
+constexpr auto cb_s = tt::CBIndex::c_24;
+#else
+constexpr auto cb_s = tt::CBIndex::c_0;
+#endif
+
+// DST[0] = sum over the row's tiles of cb @ ones: each column holds the row sum (padding masked by the ones).
+inline void row_sum(uint32_t cb, uint32_t Wt, uint32_t w_last) {
+    mm_init_short(cb, cb_ones);
+    for (uint32_t wt = 0; wt < Wt; ++wt) {
+        matmul_tiles(cb, cb_ones, wt, (wt == Wt - 1 && w_last != 0) ? 1 : 0, 0);
+    }
+}
+
+inline void pack_to(uint32_t cb) {
+    cb_reserve_back(cb, 1);
+    pack_tile(0, cb);
+    cb_push_back(cb, 1);
+}
+
+void MAIN {
+    const uint32_t rows = get_arg_val<uint32_t>(0);
+    constexpr uint32_t Wt = get_compile_time_arg_val(0);
+    constexpr uint32_t w_last = get_compile_time_arg_val(1);
+    constexpr uint32_t inv_w = get_compile_time_arg_val(2);  // fp32 bits of 1/W
+    constexpr uint32_t eps = get_compile_time_arg_val(3);    // fp32 bits
+
+    compute_kernel_hw_startup(cb_s, cb_ones, cb_y);
+    cb_wait_front(cb_ones, 2);
+    for (uint32_t r = 0; r < rows; ++r) {
+#ifdef FUSE_PRE_ADD
+        for (uint32_t wt = 0; wt < Wt; ++wt) {  // s = x + residual, kept as stored in the output dtype
+            cb_wait_front(cb_x, 1);
+            cb_wait_front(cb_res, 1);
+            tile_regs_acquire();
+            add_tiles_init(cb_x, cb_res);
+            add_tiles(cb_x, cb_res, 0, 0, 0);
+            tile_regs_commit();
+            cb_pop_front(cb_x, 1);
+            cb_pop_front(cb_res, 1);
+            cb_reserve_back(cb_s, 1);
+            cb_reserve_back(cb_s_out, 1);
+            tile_regs_wait();
+            pack_tile(0, cb_s);
+            pack_tile(0, cb_s_out);
+            tile_regs_release();
+            cb_push_back(cb_s, 1);
+            cb_push_back(cb_s_out, 1);
+        }
+#endif
+        cb_wait_front(cb_s, Wt);
+#ifndef RMSNORM
+        tile_regs_acquire();  // pass 1: mean
+        row_sum(cb_s, Wt, w_last);
+        binop_with_scalar_tile_init();
+        mul_unary_tile(0, inv_w);
+        tile_regs_commit();
+        cb_reserve_back(cb_mean, 1);
+#ifdef WRITE_STATS
+        cb_reserve_back(cb_mean_out, 1);
+#endif
+        tile_regs_wait();
+        pack_tile(0, cb_mean);
+#ifdef WRITE_STATS
+        pack_tile(0, cb_mean_out);
+#endif
+        tile_regs_release();
+        cb_push_back(cb_mean, 1);
+#ifdef WRITE_STATS
+        cb_push_back(cb_mean_out, 1);
+#endif
+        cb_wait_front(cb_mean, 1);
+#endif
+        for (uint32_t wt = 0; wt < Wt; ++wt) {  // pass 2: squares of s - mean (of s for RMS norm)
+            tile_regs_acquire();
+#ifdef RMSNORM
+            copy_tile_init(cb_s);
+            copy_tile(cb_s, wt, 0);
+#else
+            sub_tiles_init(cb_s, cb_mean);
+            sub_tiles(cb_s, cb_mean, wt, 0, 0);
+#endif
+            square_tile_init();
+            square_tile(0);
+            tile_regs_commit();
+            cb_reserve_back(cb_sq, 1);
+            tile_regs_wait();
+            pack_tile(0, cb_sq);
+            tile_regs_release();
+            cb_push_back(cb_sq, 1);
+        }
+        cb_wait_front(cb_sq, Wt);
+        tile_regs_acquire();
+        row_sum(cb_sq, Wt, w_last);
+        binop_with_scalar_tile_init();
+        mul_unary_tile(0, inv_w);
+        add_unary_tile(0, eps);
+        rsqrt_tile_init();
+        rsqrt_tile(0);
+        tile_regs_commit();
+        cb_pop_front(cb_sq, Wt);
+        cb_reserve_back(cb_rstd, 1);
+#ifdef WRITE_STATS
+        cb_reserve_back(cb_rstd_out, 1);
+#endif
+        tile_regs_wait();
+        pack_tile(0, cb_rstd);
+#ifdef WRITE_STATS
+        pack_tile(0, cb_rstd_out);
+#endif
+        tile_regs_release();
+        cb_push_back(cb_rstd, 1);
+#ifdef WRITE_STATS
+        cb_push_back(cb_rstd_out, 1);
+#endif
+        cb_wait_front(cb_rstd, 1);
+        for (uint32_t wt = 0; wt < Wt; ++wt) {  // pass 3: normalize, scale, shift
+#ifdef RMSNORM
+            const uint32_t src = cb_s, idx = wt;
+#else
+            tile_regs_acquire();
+            sub_tiles_init(cb_s, cb_mean);
+            sub_tiles(cb_s, cb_mean, wt, 0, 0);
+            tile_regs_commit();
+            cb_reserve_back(cb_d, 1);
+            tile_regs_wait();
+            pack_tile(0, cb_d);
+            tile_regs_release();
+            cb_push_back(cb_d, 1);
+            cb_wait_front(cb_d, 1);
+            const uint32_t src = cb_d, idx = 0;
+#endif
+#if defined(FUSE_GAMMA) || defined(FUSE_BETA)
+            constexpr uint32_t normed = cb_t1;
+#else
+            constexpr uint32_t normed = cb_y;
+#endif
+            tile_regs_acquire();
+            mul_tiles_init(src, cb_rstd);
+            mul_tiles(src, cb_rstd, idx, 0, 0);
+            tile_regs_commit();
+#ifndef RMSNORM
+            cb_pop_front(cb_d, 1);
+#endif
+            tile_regs_wait();
+            pack_to(normed);
+            tile_regs_release();
+#ifdef FUSE_GAMMA
+#ifdef FUSE_BETA
+            constexpr uint32_t scaled = cb_t2;
+#else
+            constexpr uint32_t scaled = cb_y;
+#endif
+            cb_wait_front(cb_t1, 1);
+            cb_wait_front(cb_gamma, 1);
+            tile_regs_acquire();
+            mul_tiles_init(cb_t1, cb_gamma);
+            mul_tiles(cb_t1, cb_gamma, 0, 0, 0);
+            tile_regs_commit();
+            cb_pop_front(cb_t1, 1);
+            cb_pop_front(cb_gamma, 1);
+            tile_regs_wait();
+            pack_to(scaled);
+            tile_regs_release();
+#endif
+#ifdef FUSE_BETA
+#ifdef FUSE_GAMMA
+            constexpr uint32_t shifted = cb_t2;
+#else
+            constexpr uint32_t shifted = cb_t1;
+#endif
+            cb_wait_front(shifted, 1);
+            cb_wait_front(cb_beta, 1);
+            tile_regs_acquire();
+            add_tiles_init(shifted, cb_beta);
+            add_tiles(shifted, cb_beta, 0, 0, 0);
+            tile_regs_commit();
+            cb_pop_front(shifted, 1);
+            cb_pop_front(cb_beta, 1);
+            tile_regs_wait();
+            pack_to(cb_y);
+            tile_regs_release();
+#endif
+        }
+        cb_pop_front(cb_s, Wt);
+#ifndef RMSNORM
+        cb_pop_front(cb_mean, 1);
+#endif
+        cb_pop_front(cb_rstd, 1);
+    }
+    cb_pop_front(cb_ones, 2);
+}
+}  // namespace NAMESPACE
+"""
+
+WRITER_CPP = r"""
+#include <cstdint>
+#include "dataflow_api.h"
+
+inline void drain(uint32_t cb, uint32_t tile, const InterleavedAddrGenFast<true>& dst) {
+    cb_wait_front(cb, 1);
+    noc_async_write_tile(tile, dst, get_read_ptr(cb));
+    noc_async_writes_flushed();
+    cb_pop_front(cb, 1);
+}
+
+// Per tile row, in the order compute produces them: the sum s (fused), the mean and rstd tiles (one per tile row,
+// column 0 holds the statistic), then the row's Wt output tiles.
+void kernel_main() {
+    const uint32_t y_addr = get_arg_val<uint32_t>(0);
+    const uint32_t s_addr = get_arg_val<uint32_t>(1);
+    const uint32_t mean_addr = get_arg_val<uint32_t>(2);
+    const uint32_t rstd_addr = get_arg_val<uint32_t>(3);
+    const uint32_t row_start = get_arg_val<uint32_t>(4);
+    const uint32_t rows = get_arg_val<uint32_t>(5);
+    constexpr uint32_t Wt = get_compile_time_arg_val(0);
+
+    const InterleavedAddrGenFast<true> y = {
+        .bank_base_address = y_addr, .page_size = get_tile_size(tt::CBIndex::c_16),
+        .data_format = get_dataformat(tt::CBIndex::c_16)};
+    const InterleavedAddrGenFast<true> s = {
+        .bank_base_address = s_addr, .page_size = get_tile_size(tt::CBIndex::c_17),
+        .data_format = get_dataformat(tt::CBIndex::c_17)};
+    const InterleavedAddrGenFast<true> mean = {
+        .bank_base_address = mean_addr, .page_size = 4096, .data_format = DataFormat::Float32};
+    const InterleavedAddrGenFast<true> rstd = {
+        .bank_base_address = rstd_addr, .page_size = 4096, .data_format = DataFormat::Float32};
+
+    for (uint32_t row = row_start; row < row_start + rows; ++row) {
+#ifdef FUSE_PRE_ADD
+        for (uint32_t wt = 0; wt < Wt; ++wt) {
+            drain(tt::CBIndex::c_17, row * Wt + wt, s);
+        }
+#endif
+#ifdef WRITE_STATS
+#ifndef RMSNORM
+        drain(tt::CBIndex::c_18, row, mean);
+#endif
+        drain(tt::CBIndex::c_19, row, rstd);
+#endif
+        for (uint32_t wt = 0; wt < Wt; ++wt) {
+            drain(tt::CBIndex::c_16, row * Wt + wt, y);
+        }
+    }
+    noc_async_write_barrier();
+}
+"""
+
+
+# ------------------------------------------------------------------------------------------------- configuration
+@dataclass(frozen=True)
+class NormConfig:
+    """What one program instance computes: the op's variant, its width and formats, eps and the fidelity."""
+
+    width: int  # W: the normalized values per row
+    eps: float
+    rms: bool = False
+    fused: bool = False  # s = x + residual first
+    gamma: bool = False
+    beta: bool = False
+    stats: bool = True
+    fidelity: Fidelity = Fidelity.HiFi4
+    x_fmt: Format = Format.BFLOAT16
+    res_fmt: Format = Format.BFLOAT16
+    gamma_fmt: Format = Format.BFLOAT16
+    beta_fmt: Format = Format.BFLOAT16
+    out_fmt: Format = Format.BFLOAT16
+
+    @property
+    def wt(self) -> int:
+        return max(1, -(-self.width // TILE))
+
+    @property
+    def w_last(self) -> int:
+        return self.width % TILE
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        ins = ("x",) + (("residual",) if self.fused else ()) + (("weight",) if self.gamma else ()) + (
+            ("bias",) if self.beta else ())  # fmt: skip
+        outs = ("y",) + (("s",) if self.fused else ()) + (("mean",) if self.stats and not self.rms else ()) + (
+            ("rstd",) if self.stats else ())  # fmt: skip
+        return ins + outs
+
+    @property
+    def defines(self) -> dict[str, str]:
+        flags = {"RMSNORM": self.rms, "FUSE_PRE_ADD": self.fused, "FUSE_GAMMA": self.gamma, "FUSE_BETA": self.beta,
+                 "WRITE_STATS": self.stats}  # fmt: skip
+        return {k: "1" for k, on in flags.items() if on}
+
+
+def f32_bits(v: float) -> int:
+    """The fp32 bit pattern of ``v`` (how a float travels as a kernel argument)."""
+    return int(np.array(v, dtype=np.float32).view(np.uint32))
+
+
+# ------------------------------------------------------------------------------------------------ simulator twins
+def _reader(k: Any) -> None:
+    row_start, rows = k.get_arg_val(4), k.get_arg_val(5)
+    wt_n, w_last = k.get_compile_time_arg_val(0), k.get_compile_time_arg_val(1)
+    d = k.defines
+    x = k.tensor_accessor("x")
+    res = k.tensor_accessor("residual") if "FUSE_PRE_ADD" in d else None
+    params = [(cb, k.tensor_accessor(name)) for cb, name, flag in
+              ((CB_GAMMA, "weight", "FUSE_GAMMA"), (CB_BETA, "bias", "FUSE_BETA")) if flag in d]  # fmt: skip
+    k.cb_reserve_back(CB_ONES, 2)
+    ones = np.ones((TILE, TILE), np.float32)
+    partial = ones.copy()
+    partial[w_last or TILE :] = 0.0
+    k.l1_write(k.get_write_ptr(CB_ONES), np.concatenate([formats.pack(ones, "bfloat16"),
+                                                          formats.pack(partial, "bfloat16")]))  # fmt: skip
+    k.cb_push_back(CB_ONES, 2)
+    for row in range(row_start, row_start + rows):
+        for wt in range(wt_n):
+            k.cb_reserve_back(CB_X, 1)
+            k.noc_async_read_tile(row * wt_n + wt, x, k.get_write_ptr(CB_X))
+            if res is not None:
+                k.cb_reserve_back(CB_RES, 1)
+                k.noc_async_read_tile(row * wt_n + wt, res, k.get_write_ptr(CB_RES))
+            k.noc_async_read_barrier()
+            k.cb_push_back(CB_X, 1)
+            if res is not None:
+                k.cb_push_back(CB_RES, 1)
+        for wt in range(wt_n):
+            for cb, acc in params:
+                k.cb_reserve_back(cb, 1)
+                l1 = k.get_write_ptr(cb)
+                k.noc_async_read_tile(wt, acc, l1)
+                k.noc_async_read_barrier()
+                size = k.get_tile_size(cb)
+                k.l1_write(l1, broadcast_row0(k.l1_read(l1, size)))
+                k.cb_push_back(cb, 1)
+
+
+def broadcast_row0(tile: np.ndarray) -> np.ndarray:
+    """A tile's bytes (bfloat16 or float32, face order) with row 0 copied into every row."""
+    t = tile.view(np.uint32 if tile.size == 4096 else np.uint16).reshape(4, 16, 16).copy()
+    t[0] = t[2] = t[0, 0]
+    t[1] = t[3] = t[1, 0]
+    return t.reshape(-1).view(np.uint8)
+
+
+def _pack_to(c: Any, *cbs: int) -> None:
+    for cb in cbs:
+        c.cb_reserve_back(cb, 1)
+    c.tile_regs_wait()
+    for cb in cbs:
+        c.pack_tile(0, cb)
+    c.tile_regs_release()
+    for cb in cbs:
+        c.cb_push_back(cb, 1)
+
+
+def _row_sum(c: Any, cb: int, wt_n: int, w_last: int) -> None:
+    c.mm_init_short(cb, CB_ONES)
+    for wt in range(wt_n):
+        c.matmul_tiles(cb, CB_ONES, wt, 1 if wt == wt_n - 1 and w_last else 0, 0)
+
+
+def _compute(c: Any) -> None:
+    rows = c.get_arg_val(0)
+    wt_n, w_last, inv_w, eps = (c.get_compile_time_arg_val(i) for i in range(4))
+    d = c.defines
+    rms, fused, gamma, beta, stats = (f in d for f in ("RMSNORM", "FUSE_PRE_ADD", "FUSE_GAMMA", "FUSE_BETA",
+                                                        "WRITE_STATS"))  # fmt: skip
+    cb_s = CB_S if fused else CB_X
+    c.compute_kernel_hw_startup(cb_s, CB_ONES, CB_Y)
+    c.cb_wait_front(CB_ONES, 2)
+    for _ in range(rows):
+        if fused:
+            for _wt in range(wt_n):
+                c.cb_wait_front(CB_X, 1)
+                c.cb_wait_front(CB_RES, 1)
+                c.tile_regs_acquire()
+                c.add_tiles_init(CB_X, CB_RES)
+                c.add_tiles(CB_X, CB_RES, 0, 0, 0)
+                c.tile_regs_commit()
+                c.cb_pop_front(CB_X, 1)
+                c.cb_pop_front(CB_RES, 1)
+                _pack_to(c, CB_S, CB_S_OUT)
+        c.cb_wait_front(cb_s, wt_n)
+        if not rms:
+            c.tile_regs_acquire()
+            _row_sum(c, cb_s, wt_n, w_last)
+            c.binop_with_scalar_tile_init()
+            c.mul_unary_tile(0, inv_w)
+            c.tile_regs_commit()
+            _pack_to(c, CB_MEAN, *([CB_MEAN_OUT] if stats else []))
+            c.cb_wait_front(CB_MEAN, 1)
+        for wt in range(wt_n):
+            c.tile_regs_acquire()
+            if rms:
+                c.copy_tile_init(cb_s)
+                c.copy_tile(cb_s, wt, 0)
+            else:
+                c.sub_tiles_init(cb_s, CB_MEAN)
+                c.sub_tiles(cb_s, CB_MEAN, wt, 0, 0)
+            c.square_tile_init()
+            c.square_tile(0)
+            c.tile_regs_commit()
+            _pack_to(c, CB_SQ)
+        c.cb_wait_front(CB_SQ, wt_n)
+        c.tile_regs_acquire()
+        _row_sum(c, CB_SQ, wt_n, w_last)
+        c.binop_with_scalar_tile_init()
+        c.mul_unary_tile(0, inv_w)
+        c.add_unary_tile(0, eps)
+        c.rsqrt_tile_init()
+        c.rsqrt_tile(0)
+        c.tile_regs_commit()
+        c.cb_pop_front(CB_SQ, wt_n)
+        _pack_to(c, CB_RSTD, *([CB_RSTD_OUT] if stats else []))
+        c.cb_wait_front(CB_RSTD, 1)
+        for wt in range(wt_n):
+            if rms:
+                src, idx = cb_s, wt
+            else:
+                c.tile_regs_acquire()
+                c.sub_tiles_init(cb_s, CB_MEAN)
+                c.sub_tiles(cb_s, CB_MEAN, wt, 0, 0)
+                c.tile_regs_commit()
+                _pack_to(c, CB_D)
+                c.cb_wait_front(CB_D, 1)
+                src, idx = CB_D, 0
+            c.tile_regs_acquire()
+            c.mul_tiles_init(src, CB_RSTD)
+            c.mul_tiles(src, CB_RSTD, idx, 0, 0)
+            c.tile_regs_commit()
+            if not rms:
+                c.cb_pop_front(CB_D, 1)
+            _pack_to(c, CB_T1 if gamma or beta else CB_Y)
+            if gamma:
+                c.cb_wait_front(CB_T1, 1)
+                c.cb_wait_front(CB_GAMMA, 1)
+                c.tile_regs_acquire()
+                c.mul_tiles_init(CB_T1, CB_GAMMA)
+                c.mul_tiles(CB_T1, CB_GAMMA, 0, 0, 0)
+                c.tile_regs_commit()
+                c.cb_pop_front(CB_T1, 1)
+                c.cb_pop_front(CB_GAMMA, 1)
+                _pack_to(c, CB_T2 if beta else CB_Y)
+            if beta:
+                shifted = CB_T2 if gamma else CB_T1
+                c.cb_wait_front(shifted, 1)
+                c.cb_wait_front(CB_BETA, 1)
+                c.tile_regs_acquire()
+                c.add_tiles_init(shifted, CB_BETA)
+                c.add_tiles(shifted, CB_BETA, 0, 0, 0)
+                c.tile_regs_commit()
+                c.cb_pop_front(shifted, 1)
+                c.cb_pop_front(CB_BETA, 1)
+                _pack_to(c, CB_Y)
+        c.cb_pop_front(cb_s, wt_n)
+        if not rms:
+            c.cb_pop_front(CB_MEAN, 1)
+        c.cb_pop_front(CB_RSTD, 1)
+    c.cb_pop_front(CB_ONES, 2)
+
+
+def _drain(k: Any, cb: int, tile: int, dst: Any) -> None:
+    k.cb_wait_front(cb, 1)
+    k.noc_async_write_tile(tile, dst, k.get_read_ptr(cb))
+    k.noc_async_writes_flushed()
+    k.cb_pop_front(cb, 1)
+
+
+def _writer(k: Any) -> None:
+    row_start, rows = k.get_arg_val(4), k.get_arg_val(5)
+    wt_n = k.get_compile_time_arg_val(0)
+    d = k.defines
+    y = k.tensor_accessor("y")
+    s = k.tensor_accessor("s") if "FUSE_PRE_ADD" in d else None
+    stats = "WRITE_STATS" in d
+    mean = k.tensor_accessor("mean") if stats and "RMSNORM" not in d else None
+    rstd = k.tensor_accessor("rstd") if stats else None
+    for row in range(row_start, row_start + rows):
+        if s is not None:
+            for wt in range(wt_n):
+                _drain(k, CB_S_OUT, row * wt_n + wt, s)
+        if mean is not None:
+            _drain(k, CB_MEAN_OUT, row, mean)
+        if rstd is not None:
+            _drain(k, CB_RSTD_OUT, row, rstd)
+        for wt in range(wt_n):
+            _drain(k, CB_Y, row * wt_n + wt, y)
+    k.noc_async_write_barrier()
+
+
+# ---------------------------------------------------------------------------------------------------- the program
+def rowwise_program(cfg: NormConfig, rows: int, max_cores: int = 8) -> Program:
+    """The program normalizing an (``rows``, ``cfg.width``) tile-layout tensor, its tile rows split over up to
+    ``max_cores`` cores of the first grid row. Buffers, in order: ``cfg.tensors`` (x [, residual] [, weight]
+    [, bias], then y [, s] [, mean] [, rstd]); weight and bias are (1, W) tile tensors, the statistics (rows, 1)
+    float32 tile tensors."""
+    ht = max(1, -(-rows // TILE))
+    cores = CoreRange((0, 0), (min(ht, max_cores, 11) - 1, 0))
+    wt = cfg.wt
+    f32 = Format.FLOAT32
+    s_fmt = cfg.out_fmt if cfg.fused else cfg.x_fmt
+
+    def cb(index: int, fmt: Format, pages: int) -> CircularBuffer:
+        return CircularBuffer(index, fmt, fmt.tile_bytes, pages, cores)
+
+    cbs = [cb(CB_X, cfg.x_fmt, 2 if cfg.fused else wt), cb(CB_ONES, Format.BFLOAT16, 2), cb(CB_Y, cfg.out_fmt, 2),
+           cb(CB_SQ, f32, wt), cb(CB_RSTD, f32, 1)]  # fmt: skip
+    if cfg.fused:
+        cbs += [cb(CB_RES, cfg.res_fmt, 2), cb(CB_S, s_fmt, wt), cb(CB_S_OUT, cfg.out_fmt, 2)]
+    if not cfg.rms:
+        cbs += [cb(CB_MEAN, f32, 1), cb(CB_D, f32, 2)]
+    if cfg.stats:
+        cbs += [cb(CB_RSTD_OUT, f32, 2)] + ([] if cfg.rms else [cb(CB_MEAN_OUT, f32, 2)])
+    if cfg.gamma or cfg.beta:
+        cbs.append(cb(CB_T1, f32, 2))
+    if cfg.gamma and cfg.beta:
+        cbs.append(cb(CB_T2, f32, 2))
+    if cfg.gamma:
+        cbs.append(cb(CB_GAMMA, cfg.gamma_fmt, 2))
+    if cfg.beta:
+        cbs.append(cb(CB_BETA, cfg.beta_fmt, 2))
+    names = cfg.tensors
+
+    def args(bufs: Sequence[Any], rt: Any) -> dict:
+        addr = {n: b.address for n, b in zip(names, bufs)}
+        split = split_work(ht, cores)
+        reader = [addr["x"], addr.get("residual", 0), addr.get("weight", 0), addr.get("bias", 0)]
+        writer = [addr["y"], addr.get("s", 0), addr.get("mean", 0), addr.get("rstd", 0)]
+        return {"reader": {c: [*reader, s, n] for c, s, n in split}, "compute": {c: [n] for c, s, n in split},
+                "writer": {c: [*writer, s, n] for c, s, n in split}}  # fmt: skip
+
+    tiles = ht * wt
+    work = Work(matmul_tiles=(1 if cfg.rms else 2) * tiles,
+                fpu_tiles=tiles * (2 + (0 if cfg.rms else 2) + cfg.fused + cfg.gamma + cfg.beta),
+                sfpu_tiles=tiles + 4 * ht)  # fmt: skip
+    compute_args = [wt, cfg.w_last, f32_bits(1.0 / max(cfg.width, 1)), f32_bits(cfg.eps)]
+    return Program(
+        "ktt_rms_norm" if cfg.rms else "ktt_layer_norm",
+        [Kernel("reader", READER_CPP, cores, _reader, compile_time_args=[wt, cfg.w_last], defines=cfg.defines),
+         Kernel("compute", COMPUTE_CPP, cores, _compute, compile_time_args=compute_args, defines=cfg.defines,
+                math_fidelity=MathFidelity(cfg.fidelity.name), fp32_dest_acc_en=True),
+         Kernel("writer", WRITER_CPP, cores, _writer, compile_time_args=[wt], defines=cfg.defines)],
+        cbs, runtime_args=args, tensors=names, work=work,
+    )  # fmt: skip
+
+
+def run_rowwise_program(device: Any, cfg: NormConfig, x: np.ndarray, residual: np.ndarray | None = None,
+                        weight: np.ndarray | None = None, bias: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Run :func:`rowwise_program` on ``device`` over (R, W) host values (stored as ``cfg``'s formats say); return
+    the downloaded outputs by name (statistics as (R,) float32)."""
+    rows = x.shape[0]
+    given = {"x": (x, cfg.x_fmt), "residual": (residual, cfg.res_fmt), "weight": (weight, cfg.gamma_fmt),
+             "bias": (bias, cfg.beta_fmt)}  # fmt: skip
+    shapes = {"y": ((rows, cfg.width), cfg.out_fmt), "s": ((rows, cfg.width), cfg.out_fmt),
+              "mean": ((rows, 1), Format.FLOAT32), "rstd": ((rows, 1), Format.FLOAT32)}  # fmt: skip
+    bufs = []
+    for name in cfg.tensors:
+        if name in given:
+            arr, fmt = given[name]
+            arr = np.asarray(arr, np.float32)
+            bufs.append(device.upload(arr.reshape(1, -1) if name in ("weight", "bias") else arr, fmt))
+        else:
+            shape, fmt = shapes[name]
+            bufs.append(device.allocate(shape=shape, fmt=fmt, layout="tile"))
+    try:
+        device.run_program(rowwise_program(cfg, rows), bufs)
+        return {n: device.download(b).reshape(-1) if n in ("mean", "rstd") else device.download(b)
+                for n, b in zip(cfg.tensors, bufs) if n not in given}  # fmt: skip
+    finally:
+        for b in bufs:
+            device.free(b)
+
+
+# ------------------------------------------------------------------------------------------- the vectorized model
+def _mask(bits: int) -> int:
+    """The int32 mask keeping a float32's sign, exponent and top ``bits`` significant bits."""
+    m = (0xFFFFFFFF << (24 - bits)) & 0xFFFFFFFF
+    return m - (1 << 32) if m >= 1 << 31 else m
+
+
+def cut(t: torch.Tensor, bits: int) -> torch.Tensor:
+    """float32 ``t`` truncated to ``bits`` significant bits (as the unpacker and the multiplier see it)."""
+    return (t.contiguous().view(torch.int32) & _mask(bits)).view(torch.float32)
+
+
+def cut_(t: torch.Tensor, bits: int) -> torch.Tensor:
+    """:func:`cut` in place (``t`` contiguous float32); returns ``t``."""
+    t.view(torch.int32).bitwise_and_(_mask(bits))
+    return t
+
+
+def fpu_mul_(a: torch.Tensor, b: torch.Tensor, fidelity: Fidelity) -> torch.Tensor:
+    """:func:`fpu_mul` into ``a`` (contiguous float32, overwritten); returns the product."""
+    if fidelity != Fidelity.HiFi4:
+        return fpu_mul(a, b, fidelity)
+    return cut_(a, 10).mul_(b)
+
+
+def fpu_mul(a: torch.Tensor, b: torch.Tensor, fidelity: Fidelity) -> torch.Tensor:
+    """``mul_tiles`` with an fp32 DST on TF32 source values: a in SrcA (10 bits used), b in SrcB (11), the fidelity's
+    passes summed; every partial sum is exact, so each form here is one exact product (or two summed)."""
+    if fidelity == Fidelity.HiFi4:
+        return cut(a, 10) * b
+    if fidelity == Fidelity.LoFi:
+        return cut(a, 5) * cut(b, 7)
+    a10, b7 = cut(a, 10), cut(b, 7)
+    return a10 * b7 if fidelity == Fidelity.HiFi2 else a10 * b7 + cut(a, 5) * (b - b7)
+
+
+def _store(t: torch.Tensor, fmt: Format) -> torch.Tensor:
+    return t if fmt is Format.FLOAT32 else torch.from_numpy(formats.round_bfloat16(t.numpy()))
+
+
+def _source(t: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """Values of a CB in ``fmt`` as the unpacker puts them in a source register (only fp32 loses bits)."""
+    return cut(t, 11) if fmt is Format.FLOAT32 else t
+
+
+def _row_mean(src: torch.Tensor, width: int, fidelity: Fidelity) -> torch.Tensor:
+    """Pass 1 / 2's statistic: tile by tile ``src @ ones`` into an fp32 DST (each tile's sum exact, then added to
+    DST with one fp32 rounding), then ``* fp32(1/W)`` on the SFPU. ``src`` holds source-register values."""
+    rows = src.shape[0]
+    wt = max(1, -(-width // TILE))
+    srcb = src if fidelity >= Fidelity.HiFi3 else cut(src, 7)  # the data sits in SrcB, the ones in SrcA
+    if width % TILE:
+        srcb = torch.nn.functional.pad(srcb, (0, wt * TILE - width))
+    # exact per-tile sums (NumPy's float64 reduce converts on the fly, far faster than a float64 copy)
+    partial = np.add.reduce(srcb.numpy().reshape(rows, wt, TILE), axis=-1, dtype=np.float64)
+    dst = np.zeros(rows, dtype=np.float32)
+    for t in range(wt):
+        dst = (dst + partial[:, t]).astype(np.float32)
+    return torch.from_numpy(dst) * np.float32(1.0 / max(width, 1))
+
+
+def rowwise_model(x: np.ndarray, residual: np.ndarray | None, weight: np.ndarray | None, bias: np.ndarray | None,
+                  cfg: NormConfig, round_output: bool = True) -> dict[str, np.ndarray]:  # fmt: skip
+    """What :func:`rowwise_program` computes, for all rows at once: ``{"y", "s", "mean", "rstd"}`` (the ones the
+    config asks for), y and s rounded to ``cfg.out_fmt`` (y left in fp32 with ``round_output=False``: the caller's
+    store rounds it the same way), statistics (R,) float32. Inputs are (R, W) values as stored (``weight`` /
+    ``bias`` (W,))."""
+    fid = cfg.fidelity
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    out: dict[str, np.ndarray] = {}
+    if residual is not None:
+        r = torch.from_numpy(np.ascontiguousarray(residual, dtype=np.float32))
+        s = _store(_source(xt, cfg.x_fmt) + _source(r, cfg.res_fmt), cfg.out_fmt)
+        out["s"] = s.numpy()
+        ss = _source(s, cfg.out_fmt)
+    else:
+        ss = _source(xt, cfg.x_fmt)
+    if cfg.rms:
+        d = ss
+    else:
+        mean = _row_mean(ss, cfg.width, fid)
+        d = ss - cut(mean, 11)[:, None]
+        out["mean"] = mean.numpy()
+    var = _row_mean(cut_(d * d, 11), cfg.width, fid)
+    rstd = (1.0 / torch.sqrt((var + np.float32(cfg.eps)).double())).float()
+    out["rstd"] = rstd.numpy()
+    # in place from here on (d is dead after this product; a memory-bound model pays for every new array)
+    y = d.clone() if cfg.rms else d  # RMS norm's d is s itself (the caller's array, or the s output)
+    y = fpu_mul_(y, cut(rstd, 11)[:, None], fid)  # SrcA keeps 10 bits: d's TF32 cut is implied
+    if weight is not None:
+        g = _source(torch.from_numpy(np.asarray(weight, np.float32).reshape(1, -1)), cfg.gamma_fmt)
+        y = fpu_mul_(y, g, fid)
+    if bias is not None:
+        y = cut_(y, 11).add_(_source(torch.from_numpy(np.asarray(bias, np.float32).reshape(1, -1)), cfg.beta_fmt))
+    out["y"] = (_store(y, cfg.out_fmt) if round_output else y).numpy()
+    if not cfg.stats:
+        out.pop("mean", None)
+        out.pop("rstd")
+    return out
+
+
+def max_width(x_fmt: Format, fused: bool, out_fmt: Format, l1_bytes: int) -> int:
+    """The widest row whose resident CBs (s row + fp32 squares) fit ``l1_bytes`` (ignoring the small CBs)."""
+    per_tile = (out_fmt if fused else x_fmt).tile_bytes + Format.FLOAT32.tile_bytes
+    return math.floor(l1_bytes / per_tile) * TILE
+
+
+__all__ = ["NormConfig", "cut", "fpu_mul", "max_width", "rowwise_model", "rowwise_program", "run_rowwise_program"]
