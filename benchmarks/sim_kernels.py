@@ -127,6 +127,32 @@ def _conv2d(quick: bool) -> tuple[Fn, Fn]:
     )
 
 
+def _ln_shape(quick: bool) -> tuple[int, int]:
+    return (1024, 1024) if quick else (4 * 1024, 1024)
+
+
+# A norm is memory-bound: torch reads x once, the card model takes about ten element-wise passes (TF32 cuts, per-tile
+# fp32 sums in float64, the affine) plus the bf16 decode / encode of the store, so its target is looser than a matmul's.
+@add_case("layer_norm bf16", lambda q: "x".join(map(str, _ln_shape(q))) + " affine", 12.0)
+def _layer_norm(quick: bool) -> tuple[Fn, Fn]:
+    rows, width = _ln_shape(quick)
+    (x, w, b), (rx, rw, rb) = _bf16_inputs((rows, width), (width,), (width,))
+    return sim_op("layer_norm", [x, w, b]), lambda: torch.nn.functional.layer_norm(rx, (width,), rw, rb)
+
+
+def _sdpa_shape(quick: bool) -> tuple[int, int, int, int]:
+    return (1, 8, 256, 64) if quick else (4, 16, 1024, 64)  # batch, heads, tokens, head dim
+
+
+# The own flash attention kernel's model (provider ktt: 128-key chunks, TF32 scores, bf16 P) against torch's fused
+# CPU kernel on the same bf16 values in float32 (kohakutt.kernels.attention.attention_case).
+@add_case("sdpa causal bf16 ktt", lambda q: "x".join(map(str, _sdpa_shape(q))) + " causal", 3.0)
+def _sdpa(quick: bool) -> tuple[Fn, Fn]:
+    from kohakutt.kernels.attention import attention_case
+
+    return attention_case(device(), _sdpa_shape(quick), causal=True)
+
+
 # ---------------------------------------------------------------------------------------------------- running
 def best_seconds(fns: list[Fn], repeat: int) -> list[float]:
     for fn in fns:

@@ -1,0 +1,996 @@
+"""Kohaku-TT's flash attention forward as a Metalium program: reader / compute / writer C++ sources, their simulator
+twins, and :func:`run_flash_program`, which runs it through ``device.run_program``.
+
+Work: one unit per (batch x query head, 32-row Q tile), split evenly over the cores. Per unit the reader streams the
+Q tile row (Dt tiles); then per K chunk (``K_CHUNK_TILES`` = 4 tiles, 128 keys) the K tiles (kt major, dt minor), one
+additive fp32 mask tile per (Q tile, K tile) pair that hides anything (the user's mask tile with -inf written over
+the causal triangle and the padded keys), and the V tiles (kt major, dvt minor). K and V come from key/value head
+h // (Hq / Hkv) (GQA, MQA). K tiles past the last key that any row of the Q tile may see under the causal mask are
+not read at all; a short last chunk still takes a whole chunk's pages, so no ring wraps inside a chunk. Key j is
+visible to query i when j <= i + offset (offset 0: PyTorch's top-left causal mask; varlen sequences pass Skv - Sq,
+flash-attn's bottom-right one).
+
+Compute, with an fp32 DST at the kernel's fidelity (HiFi4 unless a numerics scope says otherwise), per K chunk:
+
+- ``S_j = (Q K_j^T) * scale``: matmul_tiles against the transposed K tile, mul_unary_tile; packed fp32.
+- ``S_j = S_j + mask_j`` where a mask tile exists: add_tiles of the packed S and the mask (both read as TF32).
+- ``m = max(rowmax_j S_j, M_old)``: reduce_tile MAX over rows of each S tile and of the broadcast M_old.
+- ``M = m`` broadcast along the rows: matmul_tiles of the column tile by a tile whose row 0 is ones; exact at
+  HiFi3 / HiFi4, while at LoFi / HiFi2 SrcB keeps 7 bits of m, and the kernel then uses that M throughout.
+- ``P_j = exp(S_j - M)``: sub_tiles, exp_tile; packed bf16 (the P @ V operand).
+- ``alpha = exp(M_old - M)``: sub_tiles, exp_tile (not in the first chunk, where l and O start at 0).
+- ``l = alpha * l + rowsum_j P_j``: mul_tiles (alpha in SrcA), then one reduce_tile SUM per P tile into that DST.
+- ``O_t = alpha * O_t + sum_j P_j V_jt``: mul_tiles, then matmul_tiles accumulating in DST, one O tile at a time.
+
+Then ``R = 1 / (l + 2^-100)`` (add_unary_tile, recip_tile) broadcast like M, ``out_t = R * O_t`` packed in the
+output's format, and ``lse = M + log(l)`` (log_tile, then add_tiles with acc_to_dest over M and a zero tile). A row
+that sees no key keeps l = 0 and M = -FLT_MAX, so it gives out = 0 and lse = -inf. The writer drains the out tiles
+and column 0 of each lse tile, as one 32-float row page of the lse buffer.
+
+``kohakutt.kernels.attention.flash_forward`` is the vectorized model of the same arithmetic (the op library's fast
+path); the tests compare the two. The C++ sources also carry what the simulator does not model: the unpacker and
+packer format reconfigurations between CBs of different formats (``reconfig_data_format`` /
+``pack_reconfig_data_format``) and ``reduce_uninit``; the twins read every CB in its own format instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kohakutt.hal.card import P150A
+from kohakutt.hal.layout import Format
+from kohakutt.hal.program import CircularBuffer, CoreRange, CoreRangeSet, Kernel, Program, Work, split_work
+from kohakutt.ir.dtypes import DType
+from kohakutt.ir.numerics import Fidelity
+from kohakutt.ir.ops import ShapeError
+
+TILE = 32
+K_CHUNK_TILES = 4  # 128 keys per K chunk
+NEG_INF_BITS = 0xFF800000
+FLOOR_BITS = 0xFF7FFFFF  # -FLT_MAX: the running max's start (finite, so M_old - M never makes a NaN)
+TINY_BITS = 0x0D800000  # 2^-100, added to l before the reciprocal: a row that sees no key gives 0, not NaN
+ONE_BF16 = 0x3F80
+
+# Circular buffers: inputs 0..7, outputs 16..20, intermediates and running state 24..31.
+CB_Q, CB_K, CB_V, CB_MASK, CB_SCALER, CB_ONES_ROW, CB_FLOOR, CB_ZERO = range(8)
+CB_OUT, CB_LSE, CB_LSE_ROW, CB_RCOL, CB_RBCAST = range(16, 21)
+CB_SRAW, CB_S, CB_P, CB_MCOL, CB_M, CB_ALPHA, CB_L, CB_O = range(24, 32)
+
+# Compile-time arguments, shared by the three kernels (the same order in the C++ sources).
+ARG_NAMES = ("hq", "hkv", "sqt", "skvt", "dt", "dvt", "sq", "skv", "causal", "offset", "has_mask", "mask_b_stride",
+             "mask_h_stride", "scale_bits")  # fmt: skip
+
+
+def face_index(r: int, c: int) -> int:
+    """Where element (r, c) of a 32 x 32 tile sits in its four 16 x 16 faces (F0 F1 / F2 F3, each row-major)."""
+    return ((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15)
+
+
+_TILE_INDEX = np.array([[face_index(r, c) for c in range(TILE)] for r in range(TILE)], dtype=np.int64)
+
+
+# --------------------------------------------------------------------------------------------------- the C++
+def _with_common(source: str) -> str:
+    """The kernel source with its ``// @COMMON_CPP`` line replaced by the shared compile-time arguments and helpers."""
+    return source.replace("// @COMMON_CPP\n", COMMON_CPP.lstrip("\n"))
+
+
+COMMON_CPP = r"""
+constexpr uint32_t TILE = 32;
+constexpr uint32_t K_CHUNK_TILES = 4;
+constexpr uint32_t hq = get_compile_time_arg_val(0);
+constexpr uint32_t hkv = get_compile_time_arg_val(1);
+constexpr uint32_t sqt = get_compile_time_arg_val(2);
+constexpr uint32_t skvt = get_compile_time_arg_val(3);
+constexpr uint32_t dt = get_compile_time_arg_val(4);
+constexpr uint32_t dvt = get_compile_time_arg_val(5);
+constexpr int32_t sq = get_compile_time_arg_val(6);
+constexpr int32_t skv = get_compile_time_arg_val(7);
+constexpr bool causal = get_compile_time_arg_val(8) == 1;
+constexpr int32_t offset = static_cast<int32_t>(get_compile_time_arg_val(9));
+constexpr bool has_mask = get_compile_time_arg_val(10) == 1;
+constexpr uint32_t mask_b_stride = get_compile_time_arg_val(11);
+constexpr uint32_t mask_h_stride = get_compile_time_arg_val(12);
+constexpr uint32_t scale_bits = get_compile_time_arg_val(13);
+
+// K tiles Q tile qt reads: all, or under the causal mask those up to the last key its last real row sees.
+inline uint32_t key_tiles(uint32_t qt) {
+    if (!causal) return skvt;
+    const int32_t last_row = (int32_t(qt * TILE + TILE - 1) < sq - 1) ? int32_t(qt * TILE + TILE - 1) : sq - 1;
+    const int32_t last_key = last_row + offset;
+    if (last_key < 0) return 0;
+    const uint32_t n = uint32_t(last_key) / TILE + 1;
+    return n < skvt ? n : skvt;
+}
+
+// Whether the (qt, kt) score tile gets a mask tile: the user's mask, padded keys, or keys past the causal diagonal.
+inline bool needs_mask(uint32_t qt, uint32_t kt) {
+    return has_mask || (kt == skvt - 1 && (skv % TILE) != 0) ||
+           (causal && int32_t(kt * TILE + TILE - 1) > int32_t(qt * TILE) + offset);
+}
+"""
+
+READER_CPP = _with_common(r"""
+#include <cstdint>
+#include "dataflow_api.h"
+// @COMMON_CPP
+inline uint32_t face_index(uint32_t r, uint32_t c) {
+    return ((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15);
+}
+
+template <typename T>
+inline void fill(uint32_t l1, uint32_t n, T value) {
+    volatile tt_l1_ptr T* p = reinterpret_cast<volatile tt_l1_ptr T*>(l1);
+    for (uint32_t i = 0; i < n; ++i) p[i] = value;
+}
+
+// Streams Q, then per K chunk the K tiles, the mask tiles and the V tiles of units [start, start + count).
+void kernel_main() {
+    const uint32_t q_addr = get_arg_val<uint32_t>(0);
+    const uint32_t k_addr = get_arg_val<uint32_t>(1);
+    const uint32_t v_addr = get_arg_val<uint32_t>(2);
+    const uint32_t mask_addr = get_arg_val<uint32_t>(3);
+    const uint32_t start = get_arg_val<uint32_t>(4);
+    const uint32_t count = get_arg_val<uint32_t>(5);
+    constexpr uint32_t cb_q = tt::CBIndex::c_0, cb_k = tt::CBIndex::c_1, cb_v = tt::CBIndex::c_2;
+    constexpr uint32_t cb_mask = tt::CBIndex::c_3, cb_scaler = tt::CBIndex::c_4, cb_ones_row = tt::CBIndex::c_5;
+    constexpr uint32_t cb_floor = tt::CBIndex::c_6, cb_zero = tt::CBIndex::c_7;
+
+    const InterleavedAddrGenFast<true> q = {
+        .bank_base_address = q_addr, .page_size = get_tile_size(cb_q), .data_format = get_dataformat(cb_q)};
+    const InterleavedAddrGenFast<true> k = {
+        .bank_base_address = k_addr, .page_size = get_tile_size(cb_k), .data_format = get_dataformat(cb_k)};
+    const InterleavedAddrGenFast<true> v = {
+        .bank_base_address = v_addr, .page_size = get_tile_size(cb_v), .data_format = get_dataformat(cb_v)};
+    const InterleavedAddrGenFast<true> mask = {
+        .bank_base_address = mask_addr, .page_size = get_tile_size(cb_mask), .data_format = get_dataformat(cb_mask)};
+
+    // Constant tiles, pushed once: the reduce scaler (1.0), a ones row (the column broadcast), -FLT_MAX and zeros.
+    cb_reserve_back(cb_scaler, 1);
+    fill<uint16_t>(get_write_ptr(cb_scaler), TILE * TILE, 0x3F80);
+    cb_push_back(cb_scaler, 1);
+    cb_reserve_back(cb_ones_row, 1);
+    fill<uint16_t>(get_write_ptr(cb_ones_row), TILE * TILE, 0);
+    {
+        volatile tt_l1_ptr uint16_t* row = reinterpret_cast<volatile tt_l1_ptr uint16_t*>(get_write_ptr(cb_ones_row));
+        for (uint32_t c = 0; c < TILE; ++c) row[face_index(0, c)] = 0x3F80;
+    }
+    cb_push_back(cb_ones_row, 1);
+    cb_reserve_back(cb_floor, 1);
+    fill<uint32_t>(get_write_ptr(cb_floor), TILE * TILE, 0xFF7FFFFF);
+    cb_push_back(cb_floor, 1);
+    cb_reserve_back(cb_zero, 1);
+    fill<uint32_t>(get_write_ptr(cb_zero), TILE * TILE, 0);
+    cb_push_back(cb_zero, 1);
+
+    for (uint32_t u = start; u < start + count; ++u) {
+        const uint32_t bh = u / sqt, qt = u % sqt;
+        const uint32_t b = bh / hq, h = bh % hq;
+        const uint32_t kv = b * hkv + h / (hq / hkv);
+        cb_reserve_back(cb_q, dt);
+        for (uint32_t d = 0; d < dt; ++d) {
+            noc_async_read_tile((bh * sqt + qt) * dt + d, q, get_write_ptr(cb_q) + d * get_tile_size(cb_q));
+        }
+        noc_async_read_barrier();
+        cb_push_back(cb_q, dt);
+
+        const uint32_t kend = key_tiles(qt);
+        for (uint32_t kt0 = 0; kt0 < kend; kt0 += K_CHUNK_TILES) {
+            const uint32_t nk = (kend - kt0 < K_CHUNK_TILES) ? kend - kt0 : K_CHUNK_TILES;
+            cb_reserve_back(cb_k, K_CHUNK_TILES * dt);  // whole chunks, so the ring never wraps inside one
+            for (uint32_t j = 0; j < nk; ++j) {
+                for (uint32_t d = 0; d < dt; ++d) {
+                    noc_async_read_tile((kv * skvt + kt0 + j) * dt + d, k,
+                                        get_write_ptr(cb_k) + (j * dt + d) * get_tile_size(cb_k));
+                }
+            }
+            noc_async_read_barrier();
+            cb_push_back(cb_k, K_CHUNK_TILES * dt);
+
+            for (uint32_t j = 0; j < nk; ++j) {
+                const uint32_t kt = kt0 + j;
+                if (!needs_mask(qt, kt)) continue;
+                cb_reserve_back(cb_mask, 1);
+                const uint32_t l1 = get_write_ptr(cb_mask);
+                if (has_mask) {
+                    const uint32_t plane = b * mask_b_stride + h * mask_h_stride;
+                    noc_async_read_tile((plane * sqt + qt) * skvt + kt, mask, l1);
+                    noc_async_read_barrier();
+                } else {
+                    fill<uint32_t>(l1, TILE * TILE, 0);
+                }
+                volatile tt_l1_ptr uint32_t* m = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(l1);
+                for (uint32_t r = 0; r < TILE; ++r) {
+                    for (uint32_t c = 0; c < TILE; ++c) {
+                        const int32_t key = kt * TILE + c, row = qt * TILE + r;
+                        if (key >= skv || (causal && key > row + offset)) m[face_index(r, c)] = 0xFF800000;
+                    }
+                }
+                cb_push_back(cb_mask, 1);
+            }
+
+            cb_reserve_back(cb_v, K_CHUNK_TILES * dvt);
+            for (uint32_t j = 0; j < nk; ++j) {
+                for (uint32_t d = 0; d < dvt; ++d) {
+                    noc_async_read_tile((kv * skvt + kt0 + j) * dvt + d, v,
+                                        get_write_ptr(cb_v) + (j * dvt + d) * get_tile_size(cb_v));
+                }
+            }
+            noc_async_read_barrier();
+            cb_push_back(cb_v, K_CHUNK_TILES * dvt);
+        }
+    }
+}
+""")
+
+COMPUTE_CPP = _with_common(r"""
+#include <cstdint>
+#include "compute_kernel_api/matmul.h"
+#include "compute_kernel_api/eltwise_binary.h"
+#include "compute_kernel_api/reduce.h"
+#include "compute_kernel_api/tile_move_copy.h"
+#include "compute_kernel_api/eltwise_unary/eltwise_unary.h"
+#include "compute_kernel_api/eltwise_unary/exp.h"
+#include "compute_kernel_api/eltwise_unary/recip.h"
+#include "compute_kernel_api/eltwise_unary/log.h"
+#include "compute_kernel_api/eltwise_unary/binop_with_scalar.h"
+
+namespace NAMESPACE {
+// @COMMON_CPP
+constexpr uint32_t cb_q = tt::CBIndex::c_0, cb_k = tt::CBIndex::c_1, cb_v = tt::CBIndex::c_2;
+constexpr uint32_t cb_mask = tt::CBIndex::c_3, cb_scaler = tt::CBIndex::c_4, cb_ones_row = tt::CBIndex::c_5;
+constexpr uint32_t cb_floor = tt::CBIndex::c_6, cb_zero = tt::CBIndex::c_7;
+constexpr uint32_t cb_out = tt::CBIndex::c_16, cb_lse = tt::CBIndex::c_17;
+constexpr uint32_t cb_rcol = tt::CBIndex::c_19, cb_rbcast = tt::CBIndex::c_20;
+constexpr uint32_t cb_sraw = tt::CBIndex::c_24, cb_s = tt::CBIndex::c_25, cb_p = tt::CBIndex::c_26;
+constexpr uint32_t cb_mcol = tt::CBIndex::c_27, cb_m = tt::CBIndex::c_28, cb_alpha = tt::CBIndex::c_29;
+constexpr uint32_t cb_l = tt::CBIndex::c_30, cb_o = tt::CBIndex::c_31;
+constexpr uint32_t TINY_BITS = 0x0D800000;  // 2^-100
+
+// Pack DST tile 0 into page `index` of the pages reserved in cb (the caller reserves and pushes).
+inline void pack_dst0(uint32_t cb, uint32_t index) {
+    tile_regs_commit();
+    tile_regs_wait();
+    pack_reconfig_data_format(cb);
+    pack_tile<true>(0, cb, index);
+    tile_regs_release();
+}
+
+// DST tile 0 = the column-0 tile at the front of cb_col broadcast along each row (times a ones-row tile).
+inline void broadcast_column(uint32_t cb_col, uint32_t cb_dst) {
+    cb_wait_front(cb_col, 1);
+    tile_regs_acquire();
+    reconfig_data_format(cb_col, cb_ones_row);
+    mm_init_short(cb_col, cb_ones_row);
+    matmul_tiles(cb_col, cb_ones_row, 0, 0, 0, false);
+    cb_reserve_back(cb_dst, 1);
+    pack_dst0(cb_dst, 0);
+    cb_push_back(cb_dst, 1);
+    cb_pop_front(cb_col, 1);
+}
+
+void MAIN {
+    const uint32_t start = get_arg_val<uint32_t>(0);
+    const uint32_t count = get_arg_val<uint32_t>(1);
+    compute_kernel_hw_startup(cb_q, cb_k, cb_s);
+    mm_init(cb_q, cb_k, cb_s);
+    cb_wait_front(cb_scaler, 1);
+    cb_wait_front(cb_ones_row, 1);
+    cb_wait_front(cb_floor, 1);
+    cb_wait_front(cb_zero, 1);
+
+    for (uint32_t u = start; u < start + count; ++u) {
+        const uint32_t qt = u % sqt;
+        const uint32_t kend = key_tiles(qt);
+        cb_wait_front(cb_q, dt);
+        for (uint32_t kt0 = 0; kt0 < kend; kt0 += K_CHUNK_TILES) {
+            const uint32_t nk = (kend - kt0 < K_CHUNK_TILES) ? kend - kt0 : K_CHUNK_TILES;
+            const bool first = kt0 == 0;
+            // S_j = Q K_j^T * scale (+ mask_j), fp32
+            cb_wait_front(cb_k, K_CHUNK_TILES * dt);
+            cb_reserve_back(cb_s, K_CHUNK_TILES);
+            for (uint32_t j = 0; j < nk; ++j) {
+                const bool masked = needs_mask(qt, kt0 + j);
+                tile_regs_acquire();
+                reconfig_data_format(cb_k, cb_q);
+                mm_init_short(cb_q, cb_k, true);
+                for (uint32_t d = 0; d < dt; ++d) matmul_tiles(cb_q, cb_k, d, j * dt + d, 0, true);
+                binop_with_scalar_tile_init();
+                mul_unary_tile(0, scale_bits);
+                if (!masked) {
+                    pack_dst0(cb_s, j);
+                } else {
+                    cb_reserve_back(cb_sraw, 1);
+                    pack_dst0(cb_sraw, 0);
+                    cb_push_back(cb_sraw, 1);
+                    cb_wait_front(cb_sraw, 1);
+                    cb_wait_front(cb_mask, 1);
+                    tile_regs_acquire();
+                    reconfig_data_format(cb_sraw, cb_mask);
+                    add_tiles_init(cb_sraw, cb_mask);
+                    add_tiles(cb_sraw, cb_mask, 0, 0, 0);
+                    pack_dst0(cb_s, j);
+                    cb_pop_front(cb_sraw, 1);
+                    cb_pop_front(cb_mask, 1);
+                }
+            }
+            cb_push_back(cb_s, K_CHUNK_TILES);
+            cb_pop_front(cb_k, K_CHUNK_TILES * dt);
+
+            // m = max(rowmax S, M_old) in column 0, then M = m broadcast along rows
+            cb_wait_front(cb_s, K_CHUNK_TILES);
+            const uint32_t cb_mold = first ? cb_floor : cb_m;
+            if (!first) cb_wait_front(cb_m, 1);
+            tile_regs_acquire();
+            reconfig_data_format(cb_s, cb_scaler);
+            reduce_init<PoolType::MAX, ReduceDim::REDUCE_ROW>(cb_s, cb_scaler, cb_mcol);
+            reduce_tile<PoolType::MAX, ReduceDim::REDUCE_ROW>(cb_mold, cb_scaler, 0, 0, 0);
+            for (uint32_t j = 0; j < nk; ++j) {
+                reduce_tile<PoolType::MAX, ReduceDim::REDUCE_ROW>(cb_s, cb_scaler, j, 0, 0);
+            }
+            reduce_uninit();
+            cb_reserve_back(cb_mcol, 1);
+            pack_dst0(cb_mcol, 0);
+            cb_push_back(cb_mcol, 1);
+            broadcast_column(cb_mcol, cb_m);
+            const uint32_t m_new = first ? 0 : 1;
+            cb_wait_front(cb_m, m_new + 1);
+
+            // P_j = exp(S_j - M), bf16
+            cb_reserve_back(cb_p, K_CHUNK_TILES);
+            for (uint32_t j = 0; j < nk; ++j) {
+                tile_regs_acquire();
+                reconfig_data_format(cb_s, cb_m);
+                sub_tiles_init(cb_s, cb_m);
+                sub_tiles(cb_s, cb_m, j, m_new, 0);
+                exp_tile_init<false>();
+                exp_tile<false>(0);
+                pack_dst0(cb_p, j);
+            }
+            cb_push_back(cb_p, K_CHUNK_TILES);
+            cb_pop_front(cb_s, K_CHUNK_TILES);
+
+            // alpha = exp(M_old - M); the old M leaves
+            if (!first) {
+                tile_regs_acquire();
+                reconfig_data_format(cb_m, cb_m);
+                sub_tiles_init(cb_m, cb_m);
+                sub_tiles(cb_m, cb_m, 0, 1, 0);
+                exp_tile_init<false>();
+                exp_tile<false>(0);
+                cb_reserve_back(cb_alpha, 1);
+                pack_dst0(cb_alpha, 0);
+                cb_push_back(cb_alpha, 1);
+                cb_pop_front(cb_m, 1);
+                cb_wait_front(cb_alpha, 1);
+                cb_wait_front(cb_l, 1);
+            }
+
+            // l = alpha * l + rowsum P
+            cb_wait_front(cb_p, K_CHUNK_TILES);
+            tile_regs_acquire();
+            if (!first) {
+                reconfig_data_format(cb_alpha, cb_l);
+                mul_tiles_init(cb_alpha, cb_l);
+                mul_tiles(cb_alpha, cb_l, 0, 0, 0);
+            }
+            reconfig_data_format(cb_p, cb_scaler);
+            reduce_init<PoolType::SUM, ReduceDim::REDUCE_ROW>(cb_p, cb_scaler, cb_l);
+            for (uint32_t j = 0; j < nk; ++j) {
+                reduce_tile<PoolType::SUM, ReduceDim::REDUCE_ROW>(cb_p, cb_scaler, j, 0, 0);
+            }
+            reduce_uninit();
+            cb_reserve_back(cb_l, 1);
+            pack_dst0(cb_l, 0);
+            cb_push_back(cb_l, 1);
+            if (!first) cb_pop_front(cb_l, 1);
+
+            // O_t = alpha * O_t + sum_j P_j V_jt
+            cb_wait_front(cb_v, K_CHUNK_TILES * dvt);
+            if (!first) cb_wait_front(cb_o, dvt);
+            cb_reserve_back(cb_o, dvt);
+            for (uint32_t t = 0; t < dvt; ++t) {
+                tile_regs_acquire();
+                if (!first) {
+                    reconfig_data_format(cb_alpha, cb_o);
+                    mul_tiles_init(cb_alpha, cb_o);
+                    mul_tiles(cb_alpha, cb_o, 0, t, 0);
+                }
+                reconfig_data_format(cb_v, cb_p);
+                mm_init_short(cb_p, cb_v);
+                for (uint32_t j = 0; j < nk; ++j) matmul_tiles(cb_p, cb_v, j, j * dvt + t, 0, false);
+                pack_dst0(cb_o, t);
+            }
+            cb_push_back(cb_o, dvt);
+            if (!first) {
+                cb_pop_front(cb_o, dvt);
+                cb_pop_front(cb_alpha, 1);
+            }
+            cb_pop_front(cb_p, K_CHUNK_TILES);
+            cb_pop_front(cb_v, K_CHUNK_TILES * dvt);
+        }
+
+        // out = O * (1 / (l + 2^-100)), lse = M + log(l); a unit without keys uses l = 0, M = -FLT_MAX, O = 0
+        const bool any = kend > 0;
+        const uint32_t cb_lf = any ? cb_l : cb_zero, cb_mf = any ? cb_m : cb_floor, cb_of = any ? cb_o : cb_zero;
+        if (any) {
+            cb_wait_front(cb_l, 1);
+            cb_wait_front(cb_m, 1);
+            cb_wait_front(cb_o, dvt);
+        }
+        tile_regs_acquire();
+        reconfig_data_format(cb_lf, cb_lf);
+        copy_tile_to_dst_init_short(cb_lf);
+        copy_tile(cb_lf, 0, 0);
+        binop_with_scalar_tile_init();
+        add_unary_tile(0, TINY_BITS);
+        recip_tile_init();
+        recip_tile(0);
+        cb_reserve_back(cb_rcol, 1);
+        pack_dst0(cb_rcol, 0);
+        cb_push_back(cb_rcol, 1);
+        broadcast_column(cb_rcol, cb_rbcast);
+        cb_wait_front(cb_rbcast, 1);
+        for (uint32_t t = 0; t < dvt; ++t) {
+            tile_regs_acquire();
+            reconfig_data_format(cb_rbcast, cb_of);
+            mul_tiles_init(cb_rbcast, cb_of);
+            mul_tiles(cb_rbcast, cb_of, 0, any ? t : 0, 0);
+            cb_reserve_back(cb_out, 1);
+            pack_dst0(cb_out, 0);
+            cb_push_back(cb_out, 1);
+        }
+        tile_regs_acquire();
+        reconfig_data_format(cb_lf, cb_lf);
+        copy_tile_to_dst_init_short(cb_lf);
+        copy_tile(cb_lf, 0, 0);
+        log_tile_init();
+        log_tile(0);
+        reconfig_data_format(cb_mf, cb_zero);
+        add_tiles_init(cb_mf, cb_zero, true);
+        add_tiles(cb_mf, cb_zero, 0, 0, 0);
+        cb_reserve_back(cb_lse, 1);
+        pack_dst0(cb_lse, 0);
+        cb_push_back(cb_lse, 1);
+        cb_pop_front(cb_rbcast, 1);
+        if (any) {
+            cb_pop_front(cb_l, 1);
+            cb_pop_front(cb_m, 1);
+            cb_pop_front(cb_o, dvt);
+        }
+        cb_pop_front(cb_q, dt);
+    }
+}
+}  // namespace NAMESPACE
+""")
+
+WRITER_CPP = _with_common(r"""
+#include <cstdint>
+#include "dataflow_api.h"
+// @COMMON_CPP
+inline uint32_t face_index(uint32_t r, uint32_t c) {
+    return ((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15);
+}
+
+// Drains the out tiles of units [start, start + count) and column 0 of each lse tile (one 32-float page per unit).
+void kernel_main() {
+    const uint32_t out_addr = get_arg_val<uint32_t>(0);
+    const uint32_t lse_addr = get_arg_val<uint32_t>(1);
+    const uint32_t start = get_arg_val<uint32_t>(2);
+    const uint32_t count = get_arg_val<uint32_t>(3);
+    constexpr uint32_t cb_out = tt::CBIndex::c_16, cb_lse = tt::CBIndex::c_17, cb_lse_row = tt::CBIndex::c_18;
+
+    const InterleavedAddrGenFast<true> out = {
+        .bank_base_address = out_addr, .page_size = get_tile_size(cb_out), .data_format = get_dataformat(cb_out)};
+    const InterleavedAddrGen<true> lse = {.bank_base_address = lse_addr, .page_size = TILE * sizeof(float)};
+    cb_reserve_back(cb_lse_row, 1);  // a scratch page for the gathered column, kept for the whole run
+    volatile tt_l1_ptr uint32_t* row = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_lse_row));
+
+    for (uint32_t u = start; u < start + count; ++u) {
+        for (uint32_t t = 0; t < dvt; ++t) {
+            cb_wait_front(cb_out, 1);
+            noc_async_write_tile(u * dvt + t, out, get_read_ptr(cb_out));
+            noc_async_writes_flushed();
+            cb_pop_front(cb_out, 1);
+        }
+        cb_wait_front(cb_lse, 1);
+        volatile tt_l1_ptr uint32_t* tile = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_read_ptr(cb_lse));
+        for (uint32_t r = 0; r < TILE; ++r) row[r] = tile[face_index(r, 0)];
+        noc_async_write(get_write_ptr(cb_lse_row), get_noc_addr(u, lse), TILE * sizeof(float));
+        noc_async_write_barrier();
+        cb_pop_front(cb_lse, 1);
+    }
+    noc_async_write_barrier();
+}
+""")
+
+
+# ---------------------------------------------------------------------------------------------- shape helpers
+@dataclass(frozen=True)
+class FlashShape:
+    """The compile-time shape of a flash attention program (the C++ ``constexpr`` values)."""
+
+    hq: int
+    hkv: int
+    sqt: int
+    skvt: int
+    dt: int
+    dvt: int
+    sq: int
+    skv: int
+    causal: bool
+    offset: int
+    has_mask: bool
+    mask_b_stride: int
+    mask_h_stride: int
+    scale_bits: int
+
+    def compile_time_args(self) -> list[int]:
+        return [int(getattr(self, n)) & 0xFFFFFFFF for n in ARG_NAMES]
+
+    @classmethod
+    def of_kernel(cls, k: Any) -> FlashShape:
+        vals = [k.get_compile_time_arg_val(i) for i in range(len(ARG_NAMES))]
+        at = ARG_NAMES.index("offset")
+        vals[at] = int(np.uint32(vals[at]).view(np.int32))
+        return cls(*(bool(v) if n in ("causal", "has_mask") else int(v) for n, v in zip(ARG_NAMES, vals)))
+
+    def key_tiles(self, qt: int) -> int:
+        """K tiles Q tile ``qt`` reads: all, or under the causal mask those up to its last real row's last key."""
+        if not self.causal:
+            return self.skvt
+        last_key = min(qt * TILE + TILE - 1, self.sq - 1) + self.offset
+        return 0 if last_key < 0 else min(self.skvt, last_key // TILE + 1)
+
+    def needs_mask(self, qt: int, kt: int) -> bool:
+        return (self.has_mask or (kt == self.skvt - 1 and self.skv % TILE != 0)
+                or (self.causal and kt * TILE + TILE - 1 > qt * TILE + self.offset))  # fmt: skip
+
+    def hidden(self, qt: int, kt: int) -> np.ndarray:
+        """(32, 32) bool: the (row, key) positions of the (qt, kt) score tile that the kernel sets to -inf."""
+        key = kt * TILE + np.arange(TILE)[None, :]
+        row = qt * TILE + np.arange(TILE)[:, None]
+        hide = np.broadcast_to(key >= self.skv, (TILE, TILE))
+        return hide | (key > row + self.offset) if self.causal else hide.copy()
+
+    def chunks(self, qt: int) -> list[tuple[int, int]]:
+        """(first K tile, tiles) of each K chunk Q tile ``qt`` runs."""
+        kend = self.key_tiles(qt)
+        return [(kt0, min(K_CHUNK_TILES, kend - kt0)) for kt0 in range(0, kend, K_CHUNK_TILES)]
+
+
+# ----------------------------------------------------------------------------------------- the Python twins
+def reader(k: Any) -> None:
+    """Twin of READER_CPP."""
+    s = FlashShape.of_kernel(k)
+    start, count = k.get_arg_val(4), k.get_arg_val(5)
+    q, kk, v = k.tensor_accessor("q"), k.tensor_accessor("k"), k.tensor_accessor("v")
+    mask = k.tensor_accessor("mask") if s.has_mask else None
+    ones_row = np.zeros(TILE * TILE, np.uint16)
+    ones_row[_TILE_INDEX[0]] = ONE_BF16
+    for cb, tile in ((CB_SCALER, np.full(TILE * TILE, ONE_BF16, np.uint16)), (CB_ONES_ROW, ones_row),
+                     (CB_FLOOR, np.full(TILE * TILE, FLOOR_BITS, np.uint32)),
+                     (CB_ZERO, np.zeros(TILE * TILE, np.uint32))):  # fmt: skip
+        k.cb_reserve_back(cb, 1)
+        k.l1_write(k.get_write_ptr(cb), tile)
+        k.cb_push_back(cb, 1)
+    tq, tk, tv = k.get_tile_size(CB_Q), k.get_tile_size(CB_K), k.get_tile_size(CB_V)
+    for u in range(start, start + count):
+        bh, qt = divmod(u, s.sqt)
+        b, h = divmod(bh, s.hq)
+        kv = b * s.hkv + h // (s.hq // s.hkv)
+        k.cb_reserve_back(CB_Q, s.dt)
+        for d in range(s.dt):
+            k.noc_async_read_tile((bh * s.sqt + qt) * s.dt + d, q, k.get_write_ptr(CB_Q) + d * tq)
+        k.noc_async_read_barrier()
+        k.cb_push_back(CB_Q, s.dt)
+        for kt0, nk in s.chunks(qt):
+            k.cb_reserve_back(CB_K, K_CHUNK_TILES * s.dt)
+            for j in range(nk):
+                for d in range(s.dt):
+                    k.noc_async_read_tile((kv * s.skvt + kt0 + j) * s.dt + d, kk,
+                                          k.get_write_ptr(CB_K) + (j * s.dt + d) * tk)  # fmt: skip
+            k.noc_async_read_barrier()
+            k.cb_push_back(CB_K, K_CHUNK_TILES * s.dt)
+            for j in range(nk):
+                kt = kt0 + j
+                if not s.needs_mask(qt, kt):
+                    continue
+                k.cb_reserve_back(CB_MASK, 1)
+                l1 = k.get_write_ptr(CB_MASK)
+                if mask is not None:
+                    plane = b * s.mask_b_stride + h * s.mask_h_stride
+                    k.noc_async_read_tile((plane * s.sqt + qt) * s.skvt + kt, mask, l1)
+                    k.noc_async_read_barrier()
+                    m = k.l1_read(l1, TILE * TILE * 4).view(np.uint32)
+                else:
+                    m = np.zeros(TILE * TILE, np.uint32)
+                m[_TILE_INDEX[s.hidden(qt, kt)]] = NEG_INF_BITS
+                k.l1_write(l1, m)
+                k.cb_push_back(CB_MASK, 1)
+            k.cb_reserve_back(CB_V, K_CHUNK_TILES * s.dvt)
+            for j in range(nk):
+                for d in range(s.dvt):
+                    k.noc_async_read_tile((kv * s.skvt + kt0 + j) * s.dvt + d, v,
+                                          k.get_write_ptr(CB_V) + (j * s.dvt + d) * tv)  # fmt: skip
+            k.noc_async_read_barrier()
+            k.cb_push_back(CB_V, K_CHUNK_TILES * s.dvt)
+
+
+def _pack_dst0(c: Any, cb: int, index: int) -> None:
+    c.tile_regs_commit()
+    c.tile_regs_wait()
+    c.pack_tile(0, cb, index)
+    c.tile_regs_release()
+
+
+def _broadcast_column(c: Any, cb_col: int, cb_dst: int) -> None:
+    c.cb_wait_front(cb_col, 1)
+    c.tile_regs_acquire()
+    c.mm_init_short(cb_col, CB_ONES_ROW)
+    c.matmul_tiles(cb_col, CB_ONES_ROW, 0, 0, 0)
+    c.cb_reserve_back(cb_dst, 1)
+    _pack_dst0(c, cb_dst, 0)
+    c.cb_push_back(cb_dst, 1)
+    c.cb_pop_front(cb_col, 1)
+
+
+def compute(c: Any) -> None:
+    """Twin of COMPUTE_CPP."""
+    s = FlashShape.of_kernel(c)
+    start, count = c.get_arg_val(0), c.get_arg_val(1)
+    c.compute_kernel_hw_startup(CB_Q, CB_K, CB_S)
+    c.mm_init(CB_Q, CB_K, CB_S)
+    for cb in (CB_SCALER, CB_ONES_ROW, CB_FLOOR, CB_ZERO):
+        c.cb_wait_front(cb, 1)
+    for u in range(start, start + count):
+        qt = u % s.sqt
+        chunks = s.chunks(qt)
+        c.cb_wait_front(CB_Q, s.dt)
+        for kt0, nk in chunks:
+            first = kt0 == 0
+            c.cb_wait_front(CB_K, K_CHUNK_TILES * s.dt)
+            c.cb_reserve_back(CB_S, K_CHUNK_TILES)
+            for j in range(nk):
+                masked = s.needs_mask(qt, kt0 + j)
+                c.tile_regs_acquire()
+                c.mm_init_short(CB_Q, CB_K, 1)
+                for d in range(s.dt):
+                    c.matmul_tiles(CB_Q, CB_K, d, j * s.dt + d, 0, 1)
+                c.binop_with_scalar_tile_init()
+                c.mul_unary_tile(0, s.scale_bits)
+                if not masked:
+                    _pack_dst0(c, CB_S, j)
+                else:
+                    c.cb_reserve_back(CB_SRAW, 1)
+                    _pack_dst0(c, CB_SRAW, 0)
+                    c.cb_push_back(CB_SRAW, 1)
+                    c.cb_wait_front(CB_SRAW, 1)
+                    c.cb_wait_front(CB_MASK, 1)
+                    c.tile_regs_acquire()
+                    c.add_tiles_init(CB_SRAW, CB_MASK)
+                    c.add_tiles(CB_SRAW, CB_MASK, 0, 0, 0)
+                    _pack_dst0(c, CB_S, j)
+                    c.cb_pop_front(CB_SRAW, 1)
+                    c.cb_pop_front(CB_MASK, 1)
+            c.cb_push_back(CB_S, K_CHUNK_TILES)
+            c.cb_pop_front(CB_K, K_CHUNK_TILES * s.dt)
+
+            c.cb_wait_front(CB_S, K_CHUNK_TILES)
+            if not first:
+                c.cb_wait_front(CB_M, 1)
+            c.tile_regs_acquire()
+            c.reduce_init(CB_S, CB_SCALER, CB_MCOL, pool="max", dim="row")
+            c.reduce_tile(CB_FLOOR if first else CB_M, CB_SCALER, 0, 0, 0)
+            for j in range(nk):
+                c.reduce_tile(CB_S, CB_SCALER, j, 0, 0)
+            c.cb_reserve_back(CB_MCOL, 1)
+            _pack_dst0(c, CB_MCOL, 0)
+            c.cb_push_back(CB_MCOL, 1)
+            _broadcast_column(c, CB_MCOL, CB_M)
+            m_new = 0 if first else 1
+            c.cb_wait_front(CB_M, m_new + 1)
+
+            c.cb_reserve_back(CB_P, K_CHUNK_TILES)
+            for j in range(nk):
+                c.tile_regs_acquire()
+                c.sub_tiles_init(CB_S, CB_M)
+                c.sub_tiles(CB_S, CB_M, j, m_new, 0)
+                c.exp_tile_init()
+                c.exp_tile(0)
+                _pack_dst0(c, CB_P, j)
+            c.cb_push_back(CB_P, K_CHUNK_TILES)
+            c.cb_pop_front(CB_S, K_CHUNK_TILES)
+
+            if not first:
+                c.tile_regs_acquire()
+                c.sub_tiles_init(CB_M, CB_M)
+                c.sub_tiles(CB_M, CB_M, 0, 1, 0)
+                c.exp_tile_init()
+                c.exp_tile(0)
+                c.cb_reserve_back(CB_ALPHA, 1)
+                _pack_dst0(c, CB_ALPHA, 0)
+                c.cb_push_back(CB_ALPHA, 1)
+                c.cb_pop_front(CB_M, 1)
+                c.cb_wait_front(CB_ALPHA, 1)
+                c.cb_wait_front(CB_L, 1)
+
+            c.cb_wait_front(CB_P, K_CHUNK_TILES)
+            c.tile_regs_acquire()
+            if not first:
+                c.mul_tiles_init(CB_ALPHA, CB_L)
+                c.mul_tiles(CB_ALPHA, CB_L, 0, 0, 0)
+            c.reduce_init(CB_P, CB_SCALER, CB_L, pool="sum", dim="row")
+            for j in range(nk):
+                c.reduce_tile(CB_P, CB_SCALER, j, 0, 0)
+            c.cb_reserve_back(CB_L, 1)
+            _pack_dst0(c, CB_L, 0)
+            c.cb_push_back(CB_L, 1)
+            if not first:
+                c.cb_pop_front(CB_L, 1)
+
+            c.cb_wait_front(CB_V, K_CHUNK_TILES * s.dvt)
+            if not first:
+                c.cb_wait_front(CB_O, s.dvt)
+            c.cb_reserve_back(CB_O, s.dvt)
+            for t in range(s.dvt):
+                c.tile_regs_acquire()
+                if not first:
+                    c.mul_tiles_init(CB_ALPHA, CB_O)
+                    c.mul_tiles(CB_ALPHA, CB_O, 0, t, 0)
+                c.mm_init_short(CB_P, CB_V)
+                for j in range(nk):
+                    c.matmul_tiles(CB_P, CB_V, j, j * s.dvt + t, 0)
+                _pack_dst0(c, CB_O, t)
+            c.cb_push_back(CB_O, s.dvt)
+            if not first:
+                c.cb_pop_front(CB_O, s.dvt)
+                c.cb_pop_front(CB_ALPHA, 1)
+            c.cb_pop_front(CB_P, K_CHUNK_TILES)
+            c.cb_pop_front(CB_V, K_CHUNK_TILES * s.dvt)
+
+        anykey = bool(chunks)
+        cb_l, cb_m, cb_o = (CB_L, CB_M, CB_O) if anykey else (CB_ZERO, CB_FLOOR, CB_ZERO)
+        if anykey:
+            c.cb_wait_front(CB_L, 1)
+            c.cb_wait_front(CB_M, 1)
+            c.cb_wait_front(CB_O, s.dvt)
+        c.tile_regs_acquire()
+        c.copy_tile_init(cb_l)
+        c.copy_tile(cb_l, 0, 0)
+        c.binop_with_scalar_tile_init()
+        c.add_unary_tile(0, TINY_BITS)
+        c.recip_tile_init()
+        c.recip_tile(0)
+        c.cb_reserve_back(CB_RCOL, 1)
+        _pack_dst0(c, CB_RCOL, 0)
+        c.cb_push_back(CB_RCOL, 1)
+        _broadcast_column(c, CB_RCOL, CB_RBCAST)
+        c.cb_wait_front(CB_RBCAST, 1)
+        for t in range(s.dvt):
+            c.tile_regs_acquire()
+            c.mul_tiles_init(CB_RBCAST, cb_o)
+            c.mul_tiles(CB_RBCAST, cb_o, 0, t if anykey else 0, 0)
+            c.cb_reserve_back(CB_OUT, 1)
+            _pack_dst0(c, CB_OUT, 0)
+            c.cb_push_back(CB_OUT, 1)
+        c.tile_regs_acquire()
+        c.copy_tile_init(cb_l)
+        c.copy_tile(cb_l, 0, 0)
+        c.log_tile_init()
+        c.log_tile(0)
+        c.add_tiles_init(cb_m, CB_ZERO, acc_to_dest=True)
+        c.add_tiles(cb_m, CB_ZERO, 0, 0, 0)
+        c.cb_reserve_back(CB_LSE, 1)
+        _pack_dst0(c, CB_LSE, 0)
+        c.cb_push_back(CB_LSE, 1)
+        c.cb_pop_front(CB_RBCAST, 1)
+        if anykey:
+            c.cb_pop_front(CB_L, 1)
+            c.cb_pop_front(CB_M, 1)
+            c.cb_pop_front(CB_O, s.dvt)
+        c.cb_pop_front(CB_Q, s.dt)
+
+
+_COL0 = _TILE_INDEX[:, 0]
+
+
+def writer(k: Any) -> None:
+    """Twin of WRITER_CPP."""
+    s = FlashShape.of_kernel(k)
+    start, count = k.get_arg_val(2), k.get_arg_val(3)
+    out, lse = k.tensor_accessor("out"), k.tensor_accessor("lse")
+    k.cb_reserve_back(CB_LSE_ROW, 1)
+    row = k.get_write_ptr(CB_LSE_ROW)
+    for u in range(start, start + count):
+        for t in range(s.dvt):
+            k.cb_wait_front(CB_OUT, 1)
+            k.noc_async_write_tile(u * s.dvt + t, out, k.get_read_ptr(CB_OUT))
+            k.noc_async_writes_flushed()
+            k.cb_pop_front(CB_OUT, 1)
+        k.cb_wait_front(CB_LSE, 1)
+        tile = k.l1_read(k.get_read_ptr(CB_LSE), TILE * TILE * 4).view(np.uint32)
+        k.l1_write(row, tile[_COL0])
+        k.noc_async_write(row, k.get_noc_addr(u, lse), TILE * 4)
+        k.noc_async_write_barrier()
+        k.cb_pop_front(CB_LSE, 1)
+    k.noc_async_write_barrier()
+
+
+# ------------------------------------------------------------------------------------------------ the program
+def _cores(n: int, grid: tuple[int, int] = P150A.grid) -> CoreRangeSet:
+    """The first ``n`` cores of the worker grid, row by row, as full rows plus one partial row."""
+    n = max(1, min(n, grid[0] * grid[1]))
+    rows, rest = divmod(n, grid[0])
+    ranges = [CoreRange((0, 0), (grid[0] - 1, rows - 1))] if rows else []
+    if rest:
+        ranges.append(CoreRange((0, rows), (rest - 1, rows)))
+    return CoreRangeSet(tuple(ranges))
+
+
+def _tiles(n: int) -> int:
+    return -(-n // TILE)
+
+
+def _fmt(dtype: DType | str) -> Format:
+    return DType.of(dtype).format
+
+
+def flash_attention_program(q_shape: Sequence[int], k_shape: Sequence[int], v_shape: Sequence[int], *,
+                            scale: float, causal: bool = False, offset: int = 0,
+                            mask_shape: Sequence[int] | None = None, fidelity: Fidelity | str = Fidelity.HiFi4,
+                            dtypes: Sequence[DType | str] = ("bfloat16",) * 3, out_dtype: DType | str | None = None,
+                            max_cores: int = 110) -> Program:  # fmt: skip
+    """The flash attention forward program for q (B, Hq, Sq, D), k (B, Hkv, Skv, D), v (B, Hkv, Skv, Dv).
+
+    It runs over tile-layout buffers ``q, k, v[, mask], out, lse``: q / k / v in ``dtypes``; the mask (when
+    ``mask_shape`` = (Bm, Hm, Sq, Skv) with Bm in (1, B), Hm in (1, Hq) is given) float32 and additive; out (B, Hq,
+    Sq, Dv) in ``out_dtype`` (default: q's); lse row-major float32 of shape (B * Hq * ceil(Sq / 32), 32), one row per
+    Q tile. ``scale`` is used as float32; key j is hidden from query i when ``causal`` and j > i + ``offset``.
+    """
+    b, hq, sq, d = (int(x) for x in q_shape)
+    bk, hkv, skv, dk = (int(x) for x in k_shape)
+    dv = int(v_shape[3])
+    if bk != b or dk != d or tuple(v_shape[:3]) != (bk, hkv, skv) or hkv < 1 or hq % hkv:
+        raise ShapeError(f"flash attention program: q {tuple(q_shape)}, k {tuple(k_shape)}, v {tuple(v_shape)} do "
+                         "not fit (same batch, head dims and key lengths; Hq a multiple of Hkv)")  # fmt: skip
+    if min(sq, skv, d, dv) < 1:
+        raise ShapeError("flash attention program: empty q, k or v; the op library handles empty shapes itself")
+    mb = mh = 0
+    if mask_shape is not None:
+        bm, hm, sm, km = (int(x) for x in mask_shape)
+        if bm not in (1, b) or hm not in (1, hq) or (sm, km) != (sq, skv):
+            raise ShapeError(f"flash attention program: mask shape {tuple(mask_shape)} must be (1 or {b}, 1 or {hq}, "
+                             f"{sq}, {skv})")  # fmt: skip
+        mh = 1 if hm > 1 else 0
+        mb = hm if bm > 1 else 0
+    shape = FlashShape(hq, hkv, _tiles(sq), _tiles(skv), _tiles(d), _tiles(dv), sq, skv, bool(causal), int(offset),
+                       mask_shape is not None, mb, mh, int(np.float32(scale).view(np.uint32)))  # fmt: skip
+    units = b * hq * shape.sqt
+    cores = _cores(min(units, max_cores))
+    q_fmt, k_fmt, v_fmt = (_fmt(x) for x in dtypes)
+    out_fmt = _fmt(out_dtype if out_dtype is not None else dtypes[0])
+    f32, bf16 = Format.FLOAT32, Format.BFLOAT16
+    chunk_k, chunk_v = K_CHUNK_TILES * shape.dt, K_CHUNK_TILES * shape.dvt
+    cb_spec = [
+        (CB_Q, q_fmt, 2 * shape.dt), (CB_K, k_fmt, 2 * chunk_k), (CB_V, v_fmt, 2 * chunk_v), (CB_MASK, f32, 2),
+        (CB_SCALER, bf16, 1), (CB_ONES_ROW, bf16, 1), (CB_FLOOR, f32, 1), (CB_ZERO, f32, 1),
+        (CB_OUT, out_fmt, 2), (CB_LSE, f32, 1), (CB_RCOL, f32, 1), (CB_RBCAST, f32, 1),
+        (CB_SRAW, f32, 1), (CB_S, f32, K_CHUNK_TILES), (CB_P, bf16, K_CHUNK_TILES), (CB_MCOL, f32, 1),
+        (CB_M, f32, 2), (CB_ALPHA, f32, 1), (CB_L, f32, 2), (CB_O, f32, 2 * shape.dvt),
+    ]  # fmt: skip
+    cbs = [CircularBuffer(i, fmt, fmt.tile_bytes, n, cores) for i, fmt, n in cb_spec]
+    cbs.append(CircularBuffer(CB_LSE_ROW, f32, TILE * 4, 1, cores))
+    ct = shape.compile_time_args()
+    tensors = ("q", "k", "v", "mask", "out", "lse") if shape.has_mask else ("q", "k", "v", "out", "lse")
+
+    def runtime_args(bufs: Sequence[Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
+        by = dict(zip(tensors, bufs))
+        mask_addr = by["mask"].address if "mask" in by else 0
+        split = split_work(units, cores)
+        return {
+            "reader": {c: [by["q"].address, by["k"].address, by["v"].address, mask_addr, s0, n] for c, s0, n in split},
+            "compute": {c: [s0, n] for c, s0, n in split},
+            "writer": {c: [by["out"].address, by["lse"].address, s0, n] for c, s0, n in split},
+        }
+
+    pairs = sum(shape.key_tiles(qt) for qt in range(shape.sqt)) * b * hq
+    chunks = sum(len(shape.chunks(qt)) for qt in range(shape.sqt)) * b * hq
+    masked = sum(shape.needs_mask(qt, kt) for qt in range(shape.sqt) for kt in range(shape.key_tiles(qt))) * b * hq
+    dram = (
+        units * (shape.dt * q_fmt.tile_bytes + shape.dvt * out_fmt.tile_bytes + TILE * 4)
+        + masked * 4096
+        + pairs * (shape.dt * k_fmt.tile_bytes + shape.dvt * v_fmt.tile_bytes)
+    )  # K and V once per Q tile
+    work = Work(dram_bytes=dram, matmul_tiles=pairs * (shape.dt + shape.dvt) + chunks + units,
+                fpu_tiles=pairs * 3 + masked + chunks * (2 + shape.dvt) + units * (shape.dvt + 3),
+                sfpu_tiles=pairs * 2 + chunks + units * 3)  # fmt: skip
+    fid = Fidelity[fidelity] if isinstance(fidelity, str) else Fidelity(fidelity)
+    return Program(
+        "flash_attention",
+        [
+            Kernel("reader", READER_CPP, cores, reader, compile_time_args=ct),
+            Kernel(
+                "compute",
+                COMPUTE_CPP,
+                cores,
+                compute,
+                compile_time_args=ct,
+                math_fidelity=fid.name,
+                fp32_dest_acc_en=True,
+                math_approx_mode=False,
+            ),
+            Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=ct),
+        ],
+        cbs,
+        runtime_args=runtime_args,
+        tensors=tensors,
+        work=work,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------ running
+def run_flash_program(device: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, *,
+                      scale: float, causal: bool = False, offset: int = 0, fidelity: Fidelity | str = Fidelity.HiFi4,
+                      dtypes: Sequence[DType | str] = ("bfloat16",) * 3, out_dtype: DType | str | None = None,
+                      max_cores: int = 110) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Run the program on ``device`` (through ``device.run_program``) over q / k / v (float arrays, uploaded in
+    ``dtypes``) and an optional mask (bool, True = attend, or additive float) broadcastable to (B, Hq, Sq, Skv).
+    Returns (out (B, Hq, Sq, Dv) float32 holding the output format's values, logsumexp (B, Hq, Sq) float32)."""
+    from kohakutt.kernels.attention import additive_mask
+
+    q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
+    b, hq, sq, _ = q.shape
+    skv = k.shape[2]
+    bufs = []
+    try:
+        bufs = [device.upload(x, _fmt(dt)) for x, dt in zip((q, k, v), dtypes)]
+        mask_shape = None
+        if mask is not None:
+            m = additive_mask(np.asarray(mask))
+            m = m.reshape((1,) * (4 - m.ndim) + m.shape)
+            full = (m.shape[0], m.shape[1], sq, skv)
+            m = np.ascontiguousarray(np.broadcast_to(m, full))
+            mask_shape = m.shape
+            bufs.append(device.upload(m, Format.FLOAT32))
+        prog = flash_attention_program(q.shape, k.shape, v.shape, scale=scale, causal=causal, offset=offset,
+                                       mask_shape=mask_shape, fidelity=fidelity, dtypes=dtypes, out_dtype=out_dtype,
+                                       max_cores=max_cores)  # fmt: skip
+        out_fmt = _fmt(out_dtype if out_dtype is not None else dtypes[0])
+        sqt = -(-sq // TILE)
+        bufs.append(device.allocate(shape=(b, hq, sq, v.shape[3]), fmt=out_fmt, layout="tile"))
+        bufs.append(device.allocate(shape=(b * hq * sqt, TILE), fmt=Format.FLOAT32))
+        device.run_program(prog, bufs)
+        out = device.download(bufs[-2])
+        lse = device.download(bufs[-1]).reshape(b, hq, sqt * TILE)[..., :sq]
+        return out, np.ascontiguousarray(lse)
+    finally:
+        for buf in bufs:
+            device.free(buf)
+
+
+def run_flash_varlen_program(device: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, cu_seqlens_q: np.ndarray,
+                             cu_seqlens_k: np.ndarray, *, scale: float, causal: bool = False,
+                             **kw: Any) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The program over packed sequences (flash-attn's varlen layout: q (total_q, Hq, D), k / v (total_k, Hkv, D)),
+    one run per sequence, causal aligned bottom-right. Returns (out (total_q, Hq, Dv), logsumexp (Hq, total_q))."""
+    cq, ck = np.asarray(cu_seqlens_q, np.int64), np.asarray(cu_seqlens_k, np.int64)
+    out = np.zeros((q.shape[0], q.shape[1], v.shape[2]), np.float32)
+    lse = np.full((q.shape[1], q.shape[0]), -np.inf, np.float32)
+    for i in range(cq.size - 1):
+        q0, q1, k0, k1 = int(cq[i]), int(cq[i + 1]), int(ck[i]), int(ck[i + 1])
+        if q1 == q0 or k1 == k0:
+            continue  # no queries, or no keys: out 0, lse -inf (as the op library gives)
+        heads = [np.transpose(x, (1, 0, 2))[None] for x in (q[q0:q1], k[k0:k1], v[k0:k1])]
+        o, ls = run_flash_program(device, *heads, scale=scale, causal=causal, offset=(k1 - k0) - (q1 - q0), **kw)
+        out[q0:q1] = np.transpose(o[0], (1, 0, 2))
+        lse[:, q0:q1] = ls[0]
+    return out, lse
+
+
+__all__ = ["COMPUTE_CPP", "READER_CPP", "WRITER_CPP", "FlashShape", "face_index", "flash_attention_program",
+           "run_flash_program", "run_flash_varlen_program"]  # fmt: skip
