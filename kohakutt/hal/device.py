@@ -30,6 +30,7 @@ from kohakutt.hal.trace import Trace
 PROFILER = Profiler()
 _lock = threading.RLock()
 _devices: dict[int, Device] = {}
+_next_addresses: dict[int, int] = {}  # chip -> next free address, kept across reopening: no address is reused
 
 RAW_PAGE_SIZE = 2048  # page size of a buffer with no shape (a frontend's flat storage)
 
@@ -118,7 +119,7 @@ class Device:
         self._live: dict[int, Buffer] = {}
         self._current = threading.local()
         # Each buffer gets a stable address of its own: what frontends hand out as a data pointer.
-        self._next_address = (chip_id + 1) << 48
+        self._next_address = _next_addresses.get(chip_id, (chip_id + 1) << 48)
         self._starts: list[int] = []  # sorted addresses of live buffers, for interior-pointer lookups
         self._at: dict[int, Buffer] = {}
         self._addr_lock = threading.Lock()  # not the module lock: close() holds that while the worker frees
@@ -250,6 +251,7 @@ class Device:
             with self._addr_lock:
                 buf.data_ptr = self._next_address
                 self._next_address += -(-nbytes // 4096) * 4096 + 4096  # a gap keeps neighbours apart
+                _next_addresses[self.chip_id] = self._next_address
                 self._starts.append(buf.data_ptr)  # addresses only grow: the list stays sorted
                 self._at[buf.data_ptr] = buf
         trace = self.current_stream.capturing

@@ -7,12 +7,16 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Storage.h>
+#include <c10/core/TensorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 namespace {
 
@@ -43,11 +47,17 @@ int64_t call(Op op, int64_t a = 0, int64_t b = 0, int64_t c = 0, int64_t d = 0) 
   return r;
 }
 
+// Frees are handed to Python later, not called back from the deleter: a deleter can run while Python unwinds an
+// exception (a temporary dies), when running Python code would lose that exception.
+std::mutex g_free_mu;
+std::vector<int64_t> g_frees;
+std::atomic<int64_t> g_nfrees{0};
+
 void delete_tt(void* ptr) {
   if (ptr != nullptr && g_cb != nullptr) {
-    g_error.clear();
-    g_cb(FREE, reinterpret_cast<int64_t>(ptr), 0, 0, 0);  // never throws from a deleter
-    g_error.clear();
+    std::lock_guard<std::mutex> lock(g_free_mu);
+    g_frees.push_back(reinterpret_cast<int64_t>(ptr));
+    g_nfrees.store(static_cast<int64_t>(g_frees.size()), std::memory_order_release);
   }
 }
 
@@ -234,5 +244,31 @@ void ktt_torch_set_error(const char* msg) { g_error = msg ? msg : "unknown error
 void ktt_torch_uninstall() { g_cb = nullptr; }
 
 int ktt_torch_current_device() { return g_device; }
+
+// How many storages died since the last ktt_torch_take_frees (cheap: no lock).
+int64_t ktt_torch_pending_frees() { return g_nfrees.load(std::memory_order_acquire); }
+
+// Moves up to `cap` data pointers of dead storages into `out`, oldest first; returns how many.
+int64_t ktt_torch_take_frees(int64_t* out, int64_t cap) {
+  std::lock_guard<std::mutex> lock(g_free_mu);
+  int64_t n = std::min<int64_t>(cap, static_cast<int64_t>(g_frees.size()));
+  std::copy(g_frees.begin(), g_frees.begin() + n, out);
+  g_frees.erase(g_frees.begin(), g_frees.begin() + n);
+  g_nfrees.store(static_cast<int64_t>(g_frees.size()), std::memory_order_release);
+  return n;
+}
+
+// Puts storage `storage` (a StorageImpl*) under tensor `impl` (a TensorImpl*), which takes the storage's device:
+// torch's own empty-tensor helper makes every tensor on tt:0. Returns 0, or -1 when the tensor refuses.
+int ktt_torch_adopt_storage(void* impl, void* storage) {
+  try {
+    auto* s = static_cast<c10::StorageImpl*>(storage);
+    static_cast<c10::TensorImpl*>(impl)->set_storage_keep_dtype(
+        c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(s)));
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
 int64_t ktt_torch_current_stream(int device) { return g_stream[device]; }
 }

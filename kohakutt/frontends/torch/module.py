@@ -80,19 +80,33 @@ class Event(torch.Event):
     """A point in a stream (``torch.cuda.Event`` for tt); ``elapsed_time`` is simulated device time in ms."""
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> Event:
-        return super().__new__(
+        ev = super().__new__(
             cls,
             device=torch.device("tt", current_device()),
             enable_timing=enable_timing,
             blocking=blocking,
             interprocess=interprocess,
         )
+        ev.enable_timing = enable_timing
+        return ev
 
     def record(self, stream: torch.Stream | None = None) -> None:
         super().record(stream or current_stream())
 
     def wait(self, stream: torch.Stream | None = None) -> None:
         super().wait(stream or current_stream())
+
+    def elapsed_time(self, end_event: torch.Event) -> float:
+        """Simulated device time in milliseconds from this event to ``end_event`` (waits for both).
+
+        torch.Event's own method accepts only exact torch.Event objects, so this reads the two handles itself."""
+        if not isinstance(end_event, torch.Event):
+            raise TypeError(f"elapsed_time expects a torch.tt.Event or torch.Event, got {type(end_event).__name__}")
+        if not (getattr(self, "enable_timing", True) and getattr(end_event, "enable_timing", True)):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self.event_id == 0 or end_event.event_id == 0:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return runtime.elapsed_ms(self.event_id, end_event.event_id)
 
 
 def current_stream(device: torch.device | str | int | None = None) -> Stream:

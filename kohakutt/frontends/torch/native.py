@@ -131,4 +131,10 @@ def load() -> ctypes.CDLL:
     lib.ktt_torch_current_device.restype = ctypes.c_int
     lib.ktt_torch_current_stream.argtypes = [ctypes.c_int]
     lib.ktt_torch_current_stream.restype = ctypes.c_int64
+    lib.ktt_torch_adopt_storage.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.ktt_torch_adopt_storage.restype = ctypes.c_int
+    lib.ktt_torch_pending_frees.argtypes = []
+    lib.ktt_torch_pending_frees.restype = ctypes.c_int64
+    lib.ktt_torch_take_frees.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
+    lib.ktt_torch_take_frees.restype = ctypes.c_int64
     return lib

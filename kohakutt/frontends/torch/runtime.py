@@ -2,12 +2,15 @@
 
 torch's ``tt:<i>`` is HAL chip ``i``. A storage is a raw HAL buffer whose synthetic address is the storage's data
 pointer, so every torch tensor maps to (buffer, byte offset) with :func:`buffer_of`. Streams and events get small
-integer ids that the glue keeps in c10 ``Stream`` / event handles. Frees are queued on the chip's current stream
-(work already queued may still read the storage) and never synchronize: they can come from any thread.
+integer ids that the glue keeps in c10 ``Stream`` / event handles. A dead storage's pointer is parked by the glue
+and freed at the next call into this module (a deleter may run while Python unwinds an exception, when no Python
+code may run); the free is queued on the stream the storage was made on (work queued there may still read it) and
+never synchronizes.
 """
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import threading
 import traceback
@@ -37,10 +40,16 @@ _stream_counter = itertools.count(1)
 _lib: Any = None
 _callback: Any = None
 _accumulated: dict[int, tuple[int, int]] = {}  # chip -> (allocs, frees) at the last reset
+_alloc_streams: dict[int, Stream] = {}  # data pointer -> the stream current when the storage was made
+_free_lock = threading.Lock()
+_free_slots = (ctypes.c_int64 * 256)()
 
 
 def device(index: int) -> Device:
-    """The open HAL device behind ``tt:<index>`` (opened on first use, kept open until exit)."""
+    """The open HAL device behind ``tt:<index>`` (opened on first use, kept open until exit). Also hands the
+    storages torch let go of since the last call back to their chips."""
+    if _lib is not None and _lib.ktt_torch_pending_frees():
+        drain_frees()
     dev = _devices.get(index)
     if dev is None or dev.closed:
         with _lock:
@@ -82,6 +91,11 @@ def buffer_of(ptr: int) -> tuple[Buffer, int]:
     """The HAL buffer holding data pointer ``ptr`` and the byte offset of ``ptr`` in it."""
     buf = _buffers.get(ptr)
     if buf is not None:
+        if buf.device.closed or not buf.is_live:
+            raise DeviceError(
+                f"tt:{buf.device.chip_id} was closed while this tensor's storage lived on it, so its values are gone; "
+                "copy tensors to the CPU (.cpu()) before closing the device, and make new ones after reopening it"
+            )
         return buf, 0
     for dev in list(_devices.values()):
         try:
@@ -91,18 +105,40 @@ def buffer_of(ptr: int) -> tuple[Buffer, int]:
     raise BufferUseError(f"address {ptr:#x} is not a live tt storage (was its device closed?)")
 
 
+def adopt_storage(t: Any, storage: Any) -> None:
+    """Make ``storage`` the storage of the fresh tensor ``t``, and its device ``t``'s device."""
+    if _lib.ktt_torch_adopt_storage(t._cdata, storage._cdata) != 0:
+        raise DeviceError(f"cannot put a {storage.device} storage under a new tensor")
+
+
 def _alloc(index: int, nbytes: int) -> int:
     dev = device(index)
     buf = dev.allocate(nbytes)
     _buffers[buf.data_ptr] = buf
+    _alloc_streams[buf.data_ptr] = current_stream(index)
     return buf.data_ptr
 
 
 def _free(ptr: int) -> None:
     buf = _buffers.pop(ptr, None)
+    stream = _alloc_streams.pop(ptr, None)
     if buf is None or not buf.is_live or buf.device.closed:
         return
-    buf.device.free(buf, current_stream(buf.device.chip_id))
+    buf.device.free(buf, stream or current_stream(buf.device.chip_id))
+
+
+def drain_frees() -> None:
+    """Free the buffers of every storage torch has let go of (the glue queues them: see ``delete_tt``). Each free
+    is ordered on the stream the storage was made on, after the work queued there so far."""
+    if _lib is None:
+        return
+    with _free_lock:
+        while True:
+            n = _lib.ktt_torch_take_frees(_free_slots, len(_free_slots))
+            for i in range(n):
+                _free(_free_slots[i])
+            if n < len(_free_slots):
+                return
 
 
 def _copy(dst: int, src: int, nbytes: int) -> None:
@@ -135,7 +171,17 @@ def _event_record(handle: int, index: int, sid: int) -> int:
     return eid
 
 
+def elapsed_ms(start: int, end: int) -> float:
+    """Simulated device time between two recorded events (by handle), in milliseconds; waits for both."""
+    a, b = _events.get(start), _events.get(end)
+    if a is None or b is None:
+        raise DeviceError("elapsed_time needs two recorded events: call record() on both first")
+    return a.elapsed_ms(b)
+
+
 def _dispatch(op: int, a: int, b: int, c: int, d: int) -> int:
+    if _lib.ktt_torch_pending_frees():
+        drain_frees()
     if op == ALLOC:
         return _alloc(a, b)
     if op == FREE:
@@ -164,10 +210,7 @@ def _dispatch(op: int, a: int, b: int, c: int, d: int) -> int:
     elif op == EVENT_DESTROY:
         _events.pop(a, None)
     elif op == EVENT_ELAPSED_US:
-        start, end = _events.get(a), _events.get(b)
-        if start is None or end is None:
-            raise DeviceError("elapsed_time needs two recorded events")
-        return round(start.elapsed_ms(end) * 1e3)  # microseconds: the glue divides by 1000
+        return round(elapsed_ms(a, b) * 1e3)  # microseconds: the glue divides by 1000
     elif op == DEVICE_COUNT:
         return hal.device_count()
     elif op == STATS:

@@ -73,6 +73,8 @@ def new(size: Sequence[int], stride: Sequence[int] | None, dtype: torch.dtype, i
     span = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
     storage = torch.UntypedStorage(span * dtype.itemsize, device=torch.device("tt", index))
     t = _empty_tensor([0], dtype)
+    if index != 0:  # torch's helper makes the tensor on tt:0: move it to the storage's chip first
+        runtime.adopt_storage(t, storage)
     _set_storage.redispatch(_CPU, t, storage, 0, size, list(stride))
     return t
 

@@ -6,7 +6,7 @@ import importlib
 
 from kohakutt.frontends.torch.aten.registry import KERNELS, AtenKernel
 
-FAMILIES = ("core", "pointwise")
+FAMILIES = ("core", "pointwise", "reduce", "linalg", "nn", "movement", "creation", "random", "optim")
 
 
 def all_kernels() -> dict[str, AtenKernel]:

@@ -191,6 +191,21 @@ BINARY = {  # aten -> (IR op, compute dtype rule)
 }
 
 
+_COMPARISONS = frozenset(("eq", "ne", "lt", "le", "gt", "ge"))
+
+
+def check_cast(compute: torch.dtype, out: torch.Tensor) -> None:
+    """CPU's rule for in-place and ``out=`` results: the computed type must cast safely to the output's."""
+    if not torch.can_cast(compute, out.dtype):
+        raise RuntimeError(f"result type {_dtype_name(compute)} can't be cast to the desired output type "
+                           f"{_dtype_name(out.dtype)}")  # fmt: skip
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return {torch.float32: "Float", torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int",
+            torch.bool: "Bool", torch.uint8: "Byte", torch.float64: "Double"}.get(dt, str(dt))  # fmt: skip
+
+
 def _binary(
     ir_op: str, rule: str | None, attrs: Callable[[Args], dict[str, Any]] | None = None
 ) -> Callable[[Args, list[torch.Tensor]], None]:
@@ -201,6 +216,8 @@ def _binary(
             compute = torch.result_type(a.self, other)
             if rule == "float":
                 compute = _float(compute)
+            if ir_op not in _COMPARISONS:
+                check_cast(compute, outs[0])
         ir(ir_op, [a.self, other], attrs(a) if attrs else None, outs, a._index, compute)
 
     return impl
@@ -219,6 +236,7 @@ def _div(a: Args, outs: list[torch.Tensor]) -> None:
     compute = torch.result_type(a.self, a.other)
     if mode is None:
         compute = _float(compute)
+    check_cast(compute, outs[0])
     ir("div", [a.self, a.other], {"rounding_mode": mode}, outs, a._index, compute)
 
 

@@ -32,6 +32,7 @@ class AtenKernel:
     kind: str = "kernel"
     ir: tuple[str, ...] = ()
     note: str = ""
+    dispatch_key: str = "PrivateUse1"  # "AutogradPrivateUse1" for ops whose autograd the device defines itself
 
 
 KERNELS: dict[str, AtenKernel] = {}
@@ -43,12 +44,16 @@ def overload(name: str) -> torch._ops.OpOverload:
     return getattr(getattr(aten, packet), ov or "default")
 
 
-def kernel(*names: str, kind: str = "kernel", ir: Sequence[str] = (), note: str = "") -> Callable:
-    """Register ``fn`` (with the overloads' own signature) for each of ``names``."""
+def kernel(
+    *names: str, kind: str = "kernel", ir: Sequence[str] = (), note: str = "", dispatch_key: str = "PrivateUse1"
+) -> Callable:
+    """Register ``fn`` (with the overloads' own signature) for each of ``names`` (under ``dispatch_key``; table
+    entries for other keys than PrivateUse1 are named ``"<overload>@<key>"``)."""
 
     def deco(fn: Callable) -> Callable:
         for n in names:
-            KERNELS[n] = AtenKernel(n, fn, kind, tuple(ir), note)
+            key = n if dispatch_key == "PrivateUse1" else f"{n}@{dispatch_key}"
+            KERNELS[key] = AtenKernel(n, fn, kind, tuple(ir), note, dispatch_key)
         return fn
 
     return deco
@@ -107,6 +112,32 @@ def to_meta(x: Any, found: set[str]) -> Any:
     return x
 
 
+# Output metadata by call signature: PyTorch's meta kernels (often Python references) cost more than the rest of
+# queueing an op, and outputs depend only on sizes, strides, dtypes, devices and the non-tensor arguments.
+_META_CACHE: dict[tuple, tuple[int, list[torch.Tensor]]] = {}
+META_CACHE_SIZE = 8192
+
+
+def _sig(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return (x.device, x.dtype, tuple(x.shape), x.stride())
+    if isinstance(x, list | tuple):
+        return (type(x), *(_sig(y) for y in x))
+    if isinstance(x, bool | int | float | complex):
+        return (type(x), x)
+    return x
+
+
+def meta_key(op: Any, args: tuple, kwargs: dict) -> tuple | None:
+    """A hashable signature of a call for the output-metadata cache, or None when it has none."""
+    try:
+        key = (op, _sig(args), *((k, _sig(v)) for k, v in kwargs.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def device_index(found: set[str]) -> int:
     tt = [d for d in found if d.startswith("tt")]
     if len(found) > 1:
@@ -146,13 +177,22 @@ def _generic(name: str, impl: Callable[[Args, list[torch.Tensor]], None]) -> Cal
     single = len(op._schema.returns) == 1
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        found: set[str] = set()
-        margs, mkw = to_meta(args, found), {k: to_meta(v, found) for k, v in kwargs.items()}
-        index = device_index(found)
-        meta = op(*margs, **mkw)
+        key = meta_key(op, args, kwargs)
+        hit = _META_CACHE.get(key) if key is not None else None
+        if hit is None:
+            found: set[str] = set()
+            margs, mkw = to_meta(args, found), {k: to_meta(v, found) for k, v in kwargs.items()}
+            index = device_index(found)
+            meta = op(*margs, **mkw)
+            metas = [meta] if isinstance(meta, torch.Tensor) else list(meta)
+            if key is not None:
+                if len(_META_CACHE) >= META_CACHE_SIZE:
+                    _META_CACHE.clear()
+                _META_CACHE[key] = (index, metas)
+        else:
+            index, metas = hit
         a = b.bind(args, kwargs)
         a["_index"] = index
-        metas = [meta] if isinstance(meta, torch.Tensor) else list(meta)
         if b.inplace:
             outs = [a["self"]]
         elif b.out:
@@ -209,8 +249,13 @@ def ir(
     dev = runtime.device(index)
     out = None if outs is None else [tensors.to_device_tensor(o) for o in outs]
     if out is not None and any(0 in o.shape for o in out):
-        return out  # nothing to compute into an empty output
-    return kk.run(op, ops, attrs, out=out, device=dev, stream=runtime.current_stream(index))
+        result = out  # nothing to compute into an empty output
+    else:
+        result = kk.run(op, ops, attrs, out=out, device=dev, stream=runtime.current_stream(index))
+    for x, o in zip(inputs, ops):  # the casts made above are scratch: freed once the op has read them
+        if isinstance(x, torch.Tensor) and x.device.type == "tt" and compute is not None and x.dtype != compute:
+            dev.free(o.buffer, runtime.current_stream(index))
+    return result
 
 
 def wrap(t: DeviceTensor, index: int) -> torch.Tensor:

@@ -1,0 +1,103 @@
+"""Autocast for ``tt``: ``torch.autocast("tt", dtype=torch.bfloat16)``.
+
+PyTorch ships autocast rules for its own devices only; a PrivateUse1 device gets a fallthrough, which would run every
+op in its input dtype. This module registers the rules for ``AutocastPrivateUse1``, in three policies:
+
+- ``LOWER``: matmuls, linear layers, convolutions and attention run in the autocast dtype (bf16 by default: the card
+  has no float16), the ops where the card's bf16 throughput pays;
+- ``FP32``: softmax, norms and losses run in float32, where bf16 rounding would hurt the result;
+- ``PROMOTE``: ops that mix several floating inputs (``cat``, ``stack``, ``addcmul``...) run in the widest of them.
+
+Only floating tt tensors are cast (float64 never reaches tt); casts are ordinary tt ops, so autograd sees them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+LOWER = (
+    "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "linear", "mv", "addmv", "dot", "vdot", "addr", "prelu",
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution",
+    "_convolution", "conv_tbc", "chain_matmul", "linalg_multi_dot", "scaled_dot_product_attention",
+)  # fmt: skip
+FP32 = (
+    "softmax", "log_softmax", "layer_norm", "native_layer_norm", "group_norm", "rms_norm", "nll_loss", "nll_loss_nd",
+    "cross_entropy_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div",
+    "binary_cross_entropy_with_logits", "cosine_similarity", "logsumexp", "cumsum", "cumprod", "dist", "cdist",
+    "renorm", "linalg_vector_norm",
+)  # fmt: skip
+PROMOTE = ("cat", "stack", "addcmul", "addcdiv", "atan2", "index_put", "scatter_add", "cross", "tensordot", "bilinear")
+
+_KEY = torch._C.DispatchKey.AutocastPrivateUse1
+
+
+def _castable(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "tt" and x.is_floating_point()
+
+
+def _cast(x: Any, dtype: torch.dtype) -> Any:
+    if _castable(x):
+        return x if x.dtype == dtype else x.to(dtype)
+    if isinstance(x, list | tuple):
+        return type(x)(_cast(y, dtype) for y in x)
+    return x
+
+
+def _widest(args: tuple, kwargs: dict) -> torch.dtype | None:
+    found: list[torch.dtype] = []
+
+    def visit(x: Any) -> None:
+        if _castable(x):
+            found.append(x.dtype)
+        elif isinstance(x, list | tuple):
+            for y in x:
+                visit(y)
+
+    for x in [*args, *kwargs.values()]:
+        visit(x)
+    if not found:
+        return None
+    widest = found[0]
+    for d in found[1:]:
+        widest = torch.promote_types(widest, d)
+    return widest
+
+
+def _rule(op: torch._ops.OpOverload, policy: str) -> Callable[..., Any]:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if policy == "lower":
+            dtype = torch.get_autocast_dtype("tt")
+        elif policy == "fp32":
+            dtype = torch.float32
+        else:
+            dtype = _widest(args, kwargs)
+        if dtype is not None:
+            args, kwargs = _cast(args, dtype), {k: _cast(v, dtype) for k, v in kwargs.items()}
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(_KEY)):
+            return op(*args, **kwargs)
+
+    run.__name__ = f"tt_autocast_{policy}_{op.__name__.replace('.', '_')}"
+    return run
+
+
+def register(lib: torch.library.Library) -> list[str]:
+    """Register the autocast rules of every overload in the three policies on ``lib`` (an ``aten`` IMPL library);
+    make bf16 the default autocast dtype for tt. Returns the overloads registered."""
+    torch.set_autocast_dtype("tt", torch.bfloat16)
+    done: list[str] = []
+    for policy, packets in (("lower", LOWER), ("fp32", FP32), ("promote", PROMOTE)):
+        for packet in packets:
+            ops = getattr(torch.ops.aten, packet, None)
+            if ops is None:
+                continue
+            for ov in ops.overloads():
+                op = getattr(ops, ov)
+                if any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments):
+                    continue  # out= and in-place forms keep their outputs' dtypes
+                name = packet if ov == "default" else f"{packet}.{ov}"
+                lib.impl(name, _rule(op, policy), "AutocastPrivateUse1")
+                done.append(name)
+    return done

@@ -1,0 +1,249 @@
+"""Reductions, scans, norms and softmax on ``tt``: each aten overload runs one IR op of the reduce or softmax family.
+
+Output sizes and dtypes are PyTorch's (its meta kernels); the IR computes in the card's dtypes and the result is
+stored into PyTorch's output dtype. Where the two differ:
+- integer sums and products accumulate in int32 on the card (int64 outputs hold the int32 total, which wraps modulo
+  2**32 past int32's range); indices (argmax, max.dim, ...) and counts are int32 on the card, stored as int64;
+- float reductions run at the reduce family's numerics (TT-NN's defaults: HiFi4, fp32 accumulation), so a float32 sum
+  reads its data as TF32 (see ``kohakutt/ir/defs/reduce.py``); a ``kohakutt.numerics(...)`` scope changes them;
+- float32 maxima and minima (amax, amin, max, min, aminmax) run the exact max / min_with_indices, so the result is an
+  element of the input, as PyTorch's gradients of these ops assume (the reduce unit's own maximum is TF32-truncated).
+Intermediate device tensors are freed as soon as the op that reads them is queued (:func:`release`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from kohakutt.frontends.torch import runtime, tensors
+from kohakutt.frontends.torch.aten.registry import Args, computed, ir
+from kohakutt.kernels.tensor import DeviceTensor
+
+Impl = Callable[[Args, list[torch.Tensor]], None]
+
+
+def _dims(dim: Any) -> Any:
+    """A torch ``dim`` argument as the IR's ``dims`` (None or an empty list: every dim)."""
+    if dim is None or isinstance(dim, int):
+        return dim
+    return [int(d) for d in dim]
+
+
+def _dtype(dt: torch.dtype | None) -> str | None:
+    return None if dt is None else tensors.check_dtype(dt).value
+
+
+def _scalar(x: Any) -> Any:
+    return x.item() if isinstance(x, torch.Tensor) else x
+
+
+def release(index: int, *scratch: DeviceTensor) -> None:
+    """Free intermediate device tensors once the work queued so far (which reads them) is done."""
+    dev, stream = runtime.device(index), runtime.current_stream(index)
+    for t in scratch:
+        dev.free(t.buffer, stream)
+
+
+# ------------------------------------------------------------------------------------- sum, mean, prod, min, max
+def _accumulate(op: str) -> Impl:
+    """sum / mean / prod over ``dim`` (``dim`` absent: every dim), accumulating in ``dtype`` when given."""
+
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        attrs = {"dims": _dims(a.get("dim")), "keepdim": bool(a.get("keepdim", False)), "dtype": _dtype(a.get("dtype"))}
+        ir(op, [a.self], attrs, outs, a._index)
+
+    return impl
+
+
+computed("sum", "sum.dim_IntList", "sum.IntList_out", "sum.out", ir=("sum",))(_accumulate("sum"))
+computed("mean", "mean.dim", "mean.out", "mean.dtype_out", ir=("mean",))(_accumulate("mean"))
+computed("prod", "prod.dim_int", "prod.int_out", "prod.out", ir=("prod",))(_accumulate("prod"))
+
+
+def extreme(op: str, x: torch.Tensor, dim: Any, keepdim: bool, out: torch.Tensor, index: int) -> None:
+    """amax / amin of ``x`` over ``dim`` into ``out``. A float32 maximum on the reduce unit compares (and returns) the
+    values truncated to SrcA's TF32, which need not be elements of ``x``; PyTorch relies on them being elements (the
+    gradients of amax and max select ``x == result``), so float32 runs the exact max_with_indices one dim at a time."""
+    if x.dtype != torch.float32:
+        ir(op, [x], {"dims": _dims(dim), "keepdim": keepdim}, [out], index)
+        return
+    nd = x.dim()
+    dims = [dim] if isinstance(dim, int) else list(dim or [])
+    order = sorted({d % nd for d in dims} if dims else range(nd), reverse=True) if nd else [0]
+    cur = x
+    for k, d in enumerate(order):  # from the last dim down, so the dims still to reduce keep their positions
+        shape = [1 if i == d else n for i, n in enumerate(cur.shape) if keepdim or i != d] if nd else []
+        dst = out if k == len(order) - 1 else tensors.new(shape, None, x.dtype, index)
+        indices = tensors.new(shape, None, torch.int32, index)
+        ir(f"{'max' if op == 'amax' else 'min'}_with_indices", [cur], {"dim": d, "keepdim": keepdim}, [dst, indices],
+           index)  # fmt: skip
+        cur = dst
+
+
+def _extreme(op: str) -> Impl:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        extreme(op, a.self, a.get("dim"), bool(a.get("keepdim", False)), outs[0], a._index)
+
+    return impl
+
+
+computed("amax", "amax.out", "max", "max.unary_out", ir=("amax", "max_with_indices"))(_extreme("amax"))
+computed("amin", "amin.out", "min", "min.unary_out", ir=("amin", "min_with_indices"))(_extreme("amin"))
+
+
+def _with_indices(op: str) -> Impl:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        ir(op, [a.self], {"dim": int(a.dim), "keepdim": bool(a.keepdim)}, outs, a._index)
+
+    return impl
+
+
+computed("max.dim", "max.dim_max", ir=("max_with_indices",))(_with_indices("max_with_indices"))
+computed("min.dim", "min.dim_min", ir=("min_with_indices",))(_with_indices("min_with_indices"))
+
+
+def _aminmax(a: Args, outs: list[torch.Tensor]) -> None:
+    extreme("amin", a.self, a.get("dim"), bool(a.keepdim), outs[0], a._index)
+    extreme("amax", a.self, a.get("dim"), bool(a.keepdim), outs[1], a._index)
+
+
+computed("aminmax", "aminmax.out", ir=("amin", "amax", "min_with_indices", "max_with_indices"))(_aminmax)
+
+
+def _arg(op: str) -> Impl:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        ir(op, [a.self], {"dim": a.get("dim"), "keepdim": bool(a.keepdim)}, outs, a._index)
+
+    return impl
+
+
+computed("argmax", "argmax.out", ir=("argmax",))(_arg("argmax"))
+computed("argmin", "argmin.out", ir=("argmin",))(_arg("argmin"))
+
+
+def _trace(a: Args, outs: list[torch.Tensor]) -> None:
+    ir("sum", [a.self.diagonal()], {"dims": None, "keepdim": False, "dtype": None}, outs, a._index)  # a strided view
+
+
+computed("trace", "trace.out", ir=("sum",))(_trace)
+
+
+def _nansum(a: Args, outs: list[torch.Tensor]) -> None:
+    attrs = {"dims": _dims(a.get("dim")), "keepdim": bool(a.keepdim), "dtype": _dtype(a.get("dtype"))}
+    if not a.self.is_floating_point():
+        ir("sum", [a.self], attrs, outs, a._index)
+        return
+    nan = ir("isnan", [a.self], None, None, a._index)[0]
+    zeroed = ir("where", [nan, 0.0, a.self], None, None, a._index)[0]
+    ir("sum", [zeroed], attrs, outs, a._index)
+    release(a._index, nan, zeroed)
+
+
+computed("nansum", "nansum.out", ir=("isnan", "where", "sum"))(_nansum)
+
+
+# ------------------------------------------------------------------------------------------ variance, logsumexp
+def _variance(op: str) -> Impl:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        c = _scalar(a.get("correction"))
+        attrs = {"dims": _dims(a.get("dim")), "keepdim": bool(a.keepdim), "correction": 1 if c is None else c}
+        ir(op, [a.self], attrs, outs, a._index)
+
+    return impl
+
+
+for _op in ("var", "std", "var_mean", "std_mean"):
+    computed(f"{_op}.correction", f"{_op}.correction_out", ir=(_op,))(_variance(_op))
+
+
+def _logsumexp(a: Args, outs: list[torch.Tensor]) -> None:
+    ir("logsumexp", [a.self], {"dims": _dims(a.dim), "keepdim": bool(a.keepdim)}, outs, a._index)
+
+
+computed("logsumexp", "logsumexp.out", ir=("logsumexp",))(_logsumexp)
+
+
+def _scan(op: str) -> Impl:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        ir(op, [a.self], {"dim": int(a.dim), "dtype": _dtype(a.get("dtype"))}, outs, a._index)
+
+    return impl
+
+
+computed("cumsum", "cumsum.out", "cumsum_", ir=("cumsum",))(_scan("cumsum"))
+computed("cumprod", "cumprod.out", "cumprod_", ir=("cumprod",))(_scan("cumprod"))
+
+
+# ------------------------------------------------------------------------------------------------ any, all, count
+def _logical(op: str) -> Impl:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        dim = a.get("dim")
+        if isinstance(dim, list | tuple) and not dim:  # any(x, dim=()) reduces nothing: x != 0 element-wise
+            ir("ne", [a.self, 0], None, outs, a._index)
+            return
+        ir(op, [a.self], {"dims": _dims(dim), "keepdim": bool(a.get("keepdim", False))}, outs, a._index)
+
+    return impl
+
+
+for _op in ("any", "all"):
+    computed(_op, f"{_op}.dim", f"{_op}.dims", f"{_op}.out", f"{_op}.all_out", f"{_op}.dims_out", ir=(_op, "ne"))(
+        _logical(_op)
+    )
+
+
+def _count_nonzero(a: Args, outs: list[torch.Tensor]) -> None:
+    ir("count_nonzero", [a.self], {"dims": _dims(a.get("dim")), "keepdim": False}, outs, a._index)
+
+
+computed(
+    "count_nonzero", "count_nonzero.dim_IntList", "count_nonzero.out", "count_nonzero.dim_IntList_out",
+    ir=("count_nonzero",),
+)(_count_nonzero)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------------- norms
+def _norm(p_name: str) -> Impl:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        p = _scalar(a.get(p_name))
+        attrs = {"p": 2.0 if p is None else float(p), "dims": _dims(a.get("dim")), "keepdim": bool(a.get("keepdim"))}
+        ir("vector_norm", [a.self], attrs, outs, a._index, a.get("dtype") or outs[0].dtype)
+
+    return impl
+
+
+computed("linalg_vector_norm", "linalg_vector_norm.out", ir=("vector_norm",))(_norm("ord"))
+computed(
+    "norm.Scalar", "norm.Scalar_out", "norm.ScalarOpt_dim", "norm.ScalarOpt_dim_dtype", "norm.ScalarOpt_dtype",
+    "norm.ScalarOpt_dtype_out", "norm.dtype_out", "norm.out",
+    ir=("vector_norm",),
+)(_norm("p"))  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------------ softmax
+def _softmax(op: str) -> Impl:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        ir(op, [a.self], {"dim": int(a.dim)}, outs, a._index, outs[0].dtype)
+
+    return impl
+
+
+computed("_softmax", "_softmax.out", ir=("softmax",))(_softmax("softmax"))
+computed("_log_softmax", "_log_softmax.out", ir=("log_softmax",))(_softmax("log_softmax"))
+
+
+def _softmax_backward(op: str) -> Impl:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        ir(op, [a.grad_output, a.output], {"dim": int(a.dim)}, outs, a._index)
+
+    return impl
+
+
+computed("_softmax_backward_data", "_softmax_backward_data.out", ir=("softmax_backward",))(
+    _softmax_backward("softmax_backward")
+)
+computed("_log_softmax_backward_data", "_log_softmax_backward_data.out", ir=("log_softmax_backward",))(
+    _softmax_backward("log_softmax_backward")
+)

@@ -1,0 +1,454 @@
+"""OpInfo conformance: PyTorch's own op samples (``op_db``) run on tt and checked against the CPU in float64.
+
+Every OpInfo whose samples reach a Core ATen overload (``torch.Tag.core``) is run: float32 and bfloat16 inputs (int32
+for ops with no floating dtype, such as the bitwise ops). The same sample runs on the CPU with its floating tensors
+widened to float64, which is the reference; the ops each sample reaches are recorded there (a dispatch mode), so
+results are counted per Core ATen overload.
+
+Tolerances, from the card's formats (``docs/concepts/numerics.md``):
+
+- float32: rtol = 2^-9 (about 2e-3). FP32 matmuls multiply TF32-truncated operands (2^-10 relative each), and the
+  SFPU's float32 transcendental approximations are accurate to about 1e-3.
+- bfloat16: rtol = 2^-6 (about 1.6e-2): the output's RNE rounding is 2^-8 relative, bf16 intermediates (DST, SFPU
+  in bf16) add a few more roundings of the same size.
+- atol = rtol * max(1, max|reference|): an inf-norm floor, because accumulating ops (sums, matmuls, norms) err
+  relative to the size of their terms, not of a result that cancels.
+- Integer and bool outputs, shapes and dtypes must match exactly; NaN must be NaN where the reference has one.
+  Outputs that are indices into ties (sort, topk, argmax, max.dim...) pass when they select equal values.
+  Ops with nondeterministic or uninitialised outputs (random, empty) are checked for shape and dtype only.
+
+A sample's status is ``pass``, ``fail`` (a wrong value, shape or dtype), ``unsupported`` (a typed refusal:
+KohakuTTUnsupportedOperator or DtypeError), ``error`` (any other exception: a bug) or ``skip`` (the CPU float64
+reference itself fails). The unmarked fast subset runs a few samples of the ops in ``FAST``; ``make conformance``
+runs every sample and writes ``docs/reference/aten_conformance.json``, which ``scripts/gen_aten_support.py`` reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+import time
+import traceback
+import warnings
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import kohakutt
+from kohakutt.errors import DtypeError, KohakuTTUnsupportedOperator
+
+pytest.importorskip("expecttest", reason="torch.testing._internal needs expecttest (pip install -e '.[dev]')")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from torch.testing._internal.common_methods_invocations import op_db
+
+DEV = kohakutt.device(0)
+ROOT = Path(__file__).resolve().parents[3]
+RESULTS = ROOT / "docs" / "reference" / "aten_conformance.json"
+RTOL = {torch.float32: 2.0**-9, torch.bfloat16: 2.0**-6}
+DTYPES = (torch.float32, torch.bfloat16)
+INDEX_OUTPUTS = {"sort", "topk", "argmax", "argmin", "max", "min", "kthvalue", "mode", "median", "nanmedian",
+                 "argsort", "msort", "cummax", "cummin", "aminmax"}  # fmt: skip
+RANDOM = ("rand", "normal", "bernoulli", "multinomial", "uniform", "nn.functional.dropout",
+          "nn.functional.alpha_dropout",
+          "nn.functional.feature_alpha_dropout.with_train")  # fmt: skip
+
+# the fast subset: OpInfos (by full name) reaching Core ATen ops, a few samples each, float32 and bfloat16
+FAST = (
+    "abs", "acos", "acosh", "add", "addmm", "amax", "amin", "any", "argmax", "argmin", "asin", "asinh", "atan",
+    "atan2", "atanh", "bmm", "cat", "ceil", "clamp", "clone", "constant_pad_nd", "cos", "cosh", "cumsum", "diagonal",
+    "div.no_rounding_mode", "div.floor_rounding", "div.trunc_rounding", "eq", "erf", "exp", "expand", "expm1",
+    "flip", "floor", "fmod", "full_like", "gather", "ge", "gt", "index_select", "isinf", "isnan", "le", "log", "log10",
+    "log1p", "log2", "logical_and", "logical_not", "logical_or", "logical_xor", "lt", "max.reduction_with_dim",
+    "maximum", "mean", "min.reduction_with_dim", "minimum", "mm", "mul", "ne", "neg", "nn.functional.elu",
+    "nn.functional.gelu", "nn.functional.hardtanh", "nn.functional.leaky_relu", "nn.functional.relu",
+    "nn.functional.embedding", "nn.functional.layer_norm", "nn.functional.conv2d", "nn.functional.avg_pool2d",
+    "nn.functional.max_pool2d", "nn.functional.pad.constant", "permute", "pow", "prod", "reciprocal", "remainder",
+    "repeat", "round", "rsqrt", "scatter", "scatter_add", "select_scatter", "sigmoid", "sign", "sin", "sinh",
+    "slice_scatter", "softmax", "log_softmax", "sort", "split_with_sizes", "sqrt", "squeeze", "sub", "sum", "tan",
+    "tanh", "topk", "trunc", "unsqueeze", "var", "view", "where", "index_put", "nonzero", "masked_scatter",
+)  # fmt: skip
+FAST_SAMPLES = 2
+
+
+def full_name(op: Any) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def core_overloads() -> dict[torch._ops.OpOverload, str]:
+    """Every Core ATen overload, with its name ("add.Tensor", "relu")."""
+    out = {}
+    for n in torch._C._dispatch_get_all_op_names():
+        if not n.startswith("aten::"):
+            continue
+        packet, _, ov = n[len("aten::") :].partition(".")
+        try:
+            op = getattr(getattr(torch.ops.aten, packet), ov or "default")
+        except AttributeError:
+            continue
+        if torch.Tag.core in op.tags:
+            out[op] = n[len("aten::") :]
+    return out
+
+
+CORE = core_overloads()
+CORE_NAMES = set(CORE.values())
+
+
+def overload_name(func: torch._ops.OpOverload) -> str:
+    """``aten.add.Tensor`` -> ``"add.Tensor"``, ``aten.relu.default`` -> ``"relu"``."""
+    packet = func._schema.name.split("::")[-1]
+    return packet if func._overloadname == "default" else f"{packet}.{func._overloadname}"
+
+
+class _Record(TorchDispatchMode):
+    """Notes the aten overloads an op reaches (below autograd: CompositeImplicitAutograd ops have decomposed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func.namespace == "aten":
+            self.seen.add(overload_name(func))
+        return func(*args, **(kwargs or {}))
+
+
+@dataclass
+class Result:
+    opinfo: str
+    dtype: str
+    index: int
+    status: str
+    detail: str = ""
+    ops: list[str] = field(default_factory=list)  # the aten overloads the sample reaches
+    max_rel: float = 0.0
+    seconds: float = 0.0
+
+
+# -------------------------------------------------------------------------------------------------------- moving
+def _map(x: Any, fn: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, list | tuple) and not hasattr(x, "_fields"):
+        return type(x)(_map(y, fn) for y in x)
+    if isinstance(x, dict):
+        return {k: _map(v, fn) for k, v in x.items()}
+    return x
+
+
+def _to_tt(x: torch.Tensor) -> torch.Tensor:
+    return x.detach().to(DEV)
+
+
+def _widen(x: torch.Tensor) -> torch.Tensor:
+    return x.detach().to(torch.float64) if x.is_floating_point() else x.detach()
+
+
+def _devices(kwargs: dict, device: torch.device) -> dict:
+    """A factory sample's ``device=`` pointed at ``device``."""
+    if "device" in kwargs:
+        kwargs = {**kwargs, "device": device}
+    return kwargs
+
+
+def _outputs(x: Any) -> list[Any]:
+    if isinstance(x, torch.Tensor) or not isinstance(x, list | tuple):
+        return [x]
+    return [y for item in x for y in _outputs(item)]
+
+
+# ------------------------------------------------------------------------------------------------------ comparing
+def nondeterministic(op: Any, sample: Any) -> bool:
+    """Random or uninitialised outputs: only their shapes and dtypes can be compared."""
+    name = full_name(op)
+    return bool(op.has_nondeterministic_output or name.startswith(RANDOM) or sample.kwargs.get("training") is True)
+
+
+def compare(
+    actual: Any,
+    expected: Any,
+    dtype: torch.dtype,
+    name: str,
+    sample_input: Any,
+    dtypes: list[torch.dtype | None] | None = None,
+    values: bool = True,
+) -> tuple[str | None, float]:
+    """None when ``actual`` (from tt, on the CPU) matches ``expected`` (CPU float64) within ``dtype``'s tolerance;
+    otherwise what differs. Also the largest relative error seen. ``dtypes`` are the outputs' dtypes as PyTorch's
+    device-generic (meta) computation gives them, where known; ``values=False`` compares shapes and dtypes only."""
+    acts, exps = _outputs(actual), _outputs(expected)
+    if len(acts) != len(exps):
+        return f"{len(acts)} outputs, expected {len(exps)}", 0.0
+    worst = 0.0
+    floats_ok = True
+    problems: list[str] = []
+    for i, (a, e) in enumerate(zip(acts, exps)):
+        if not isinstance(e, torch.Tensor):
+            if isinstance(a, torch.Tensor):
+                a = a.item()
+            if isinstance(e, float) and isinstance(a, float):
+                if not (
+                    math.isclose(a, e, rel_tol=RTOL.get(dtype, 0.0), abs_tol=RTOL.get(dtype, 0.0))
+                    or (math.isnan(a) and math.isnan(e))
+                ):
+                    problems.append(f"output {i}: {a} != {e}")
+            elif a != e:
+                problems.append(f"output {i}: {a!r} != {e!r}")
+            continue
+        if not isinstance(a, torch.Tensor):
+            problems.append(f"output {i}: got {type(a).__name__}, expected a tensor")
+            continue
+        if a.shape != e.shape:
+            problems.append(f"output {i}: shape {tuple(a.shape)} != {tuple(e.shape)}")
+            continue
+        want = dtypes[i] if dtypes and i < len(dtypes) and dtypes[i] is not None else None
+        if want is None:  # float64 is the widened reference, unless the op itself made a CPU float64 tensor
+            want = dtype if e.dtype == torch.float64 and a.dtype != torch.float64 else e.dtype
+        if a.dtype != want:
+            problems.append(f"output {i}: dtype {a.dtype} != {want}")
+            continue
+        if not values:
+            continue
+        if e.is_floating_point():
+            rtol = RTOL.get(dtype, 2.0**-9)
+            ad, ed = a.double(), e.double()
+            finite = torch.isfinite(ed)
+            scale = max(1.0, ed[finite].abs().max().item()) if finite.any() else 1.0
+            close = torch.isclose(ad, ed, rtol=rtol, atol=rtol * scale, equal_nan=True)
+            err = ((ad - ed).abs() / ed.abs().clamp_min(1e-30))[finite & torch.isfinite(ad)]
+            if err.numel():
+                worst = max(worst, float(err.max()))
+            if not close.all():
+                bad = (~close).nonzero()[0].tolist()
+                floats_ok = False
+                problems.append(
+                    f"output {i}: {int((~close).sum())}/{close.numel()} values off, e.g. at {bad}: "
+                    f"{ad[tuple(bad)].item():.6g} vs {ed[tuple(bad)].item():.6g}"
+                )
+        elif not torch.equal(a, e):
+            if name.split(".")[0] in INDEX_OUTPUTS or name in INDEX_OUTPUTS:
+                continue  # indices of ties: judged through the values they select (below)
+            bad = (a != e).nonzero()[0].tolist() if a.dim() else []
+            problems.append(f"output {i}: integer values differ, e.g. at {bad}")
+    if not problems and (name.split(".")[0] in ("argmax", "argmin")) and floats_ok:
+        problems += _check_arg_ties(acts[0], exps[0], sample_input)
+    return ("; ".join(problems) or None), worst
+
+
+def _check_arg_ties(got: torch.Tensor, want: torch.Tensor, sample: Any) -> list[str]:
+    """argmax / argmin indices differing from the reference still pass when they select an equal value."""
+    if torch.equal(got, want):
+        return []
+    x, dim = sample.input.detach().double(), sample.kwargs.get("dim", sample.args[0] if sample.args else None)
+    if dim is None:
+        flat = x.reshape(-1)
+        return [] if flat[got.item()] == flat[want.item()] else [f"index {got.item()} != {want.item()}"]
+    keep = sample.kwargs.get("keepdim", False)
+    g, w = (got, want) if keep else (got.unsqueeze(dim), want.unsqueeze(dim))
+    return [] if torch.equal(x.gather(dim, g), x.gather(dim, w)) else ["argmax/argmin selects a different value"]
+
+
+# -------------------------------------------------------------------------------------------------------- running
+def run_sample(op: Any, sample: Any, dtype: torch.dtype, index: int) -> Result:
+    """One sample on tt against its float64 CPU reference."""
+    name = full_name(op)
+    t0 = time.perf_counter()
+    rec = _Record()
+    wide = (_map(sample.input, _widen), _map(sample.args, _widen), _map(sample.kwargs, _widen))
+    try:
+        with rec, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = op.op(wide[0], *wide[1], **_devices(wide[2], torch.device("cpu")))
+    except Exception as e:
+        return Result(name, str(dtype), index, "skip", f"CPU float64 reference failed: {type(e).__name__}: {e}"[:300])
+    reached = sorted(rec.seen)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                host = _run_on_tt(op, sample, move_args=True)
+            except RuntimeError as e:
+                if "to be on cpu" not in str(e):
+                    raise
+                _settle()  # an argument that must stay on the CPU (tensor_split's indices): leave the arguments
+                host = _run_on_tt(op, sample, move_args=False)
+    except (KohakuTTUnsupportedOperator, DtypeError) as e:
+        _settle()
+        return Result(name, str(dtype), index, "unsupported", f"{type(e).__name__}: {e}"[:300], reached)
+    except Exception as e:
+        _settle()
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        detail = f"{type(e).__name__}: {e} ({Path(where.filename).name}:{where.lineno})"
+        return Result(name, str(dtype), index, "error", detail[:400], reached)
+    problem, worst = compare(host, ref, dtype, name, sample, _meta_dtypes(op, sample), not nondeterministic(op, sample))
+    status = "fail" if problem else "pass"
+    return Result(name, str(dtype), index, status, problem or "", reached, worst, time.perf_counter() - t0)
+
+
+def _run_on_tt(op: Any, sample: Any, move_args: bool) -> Any:
+    move = _to_tt if move_args else (lambda t: t)
+    out = op.op(_map(sample.input, _to_tt), *_map(sample.args, move), **_devices(_map(sample.kwargs, move), DEV))
+    return _map(out, lambda t: t.cpu() if t.device.type == "tt" else t)
+
+
+def _to_meta(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to("meta")
+
+
+def _meta_dtypes(op: Any, sample: Any) -> list[torch.dtype | None] | None:
+    """The outputs' dtypes on a device-generic (meta) run: the CPU keeps some statistics (layer norm's mean and
+    rstd) in the input dtype where every other device, tt included, keeps them in float32."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = op.op(
+                _map(sample.input, _to_meta),
+                *_map(sample.args, _to_meta),
+                **_devices(_map(sample.kwargs, _to_meta), torch.device("meta")),
+            )
+    except Exception:
+        return None
+    return [o.dtype if isinstance(o, torch.Tensor) else None for o in _outputs(out)]
+
+
+def _settle() -> None:
+    """Drop a queued error an earlier failure left behind, so the next sample starts clean."""
+    with contextlib.suppress(Exception):
+        torch.tt.synchronize()
+
+
+def dtypes_for(op: Any) -> list[torch.dtype]:
+    supported = op.supported_dtypes("cpu")
+    picked = [d for d in DTYPES if d in supported]
+    if not picked and torch.int32 in supported:
+        picked = [torch.int32]
+    return picked
+
+
+def samples(op: Any, dtype: torch.dtype, limit: int | None = None) -> list[Any]:
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = []
+        for s in op.sample_inputs("cpu", dtype, requires_grad=False):
+            out.append(s)
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+def sweep(ops: list[Any], limit: int | None = None, bf16_limit: int | None = None) -> list[Result]:
+    results = []
+    for op in ops:
+        for dtype in dtypes_for(op):
+            n = bf16_limit if dtype is torch.bfloat16 and bf16_limit is not None else limit
+            try:
+                todo = samples(op, dtype, n)
+            except Exception as e:
+                results.append(Result(full_name(op), str(dtype), -1, "skip", f"no samples: {type(e).__name__}: {e}"))
+                continue
+            for i, s in enumerate(todo):
+                results.append(run_sample(op, s, dtype, i))
+    return results
+
+
+def _blamed(r: Result) -> list[str]:
+    """The overloads a result counts for: all it reached, except that a refusal counts only for the op it names
+    (a missing kernel) or for none (a dtype the card does not hold, chosen by the sample)."""
+    if r.status != "unsupported":
+        return r.ops
+    named = re.search(r"aten::(\S+) has no tt kernel", r.detail)
+    return [named.group(1)] if named else []
+
+
+def summarize(results: list[Result], seconds: float) -> dict[str, Any]:
+    """The sweep as the small JSON the support table reads: sample counts by status per aten overload reached
+    (a sample counts for every overload it reaches) and per OpInfo and dtype."""
+    per_aten: dict[str, Counter] = defaultdict(Counter)
+    per_op: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+    first_problem: dict[str, str] = {}
+    for r in results:
+        per_op[r.opinfo][r.dtype][r.status] += 1
+        for o in _blamed(r):
+            per_aten[o][r.status] += 1
+        if r.status in ("fail", "error", "unsupported") and r.opinfo not in first_problem:
+            first_problem[r.opinfo] = f"{r.dtype} sample {r.index}: {r.status}: {r.detail}"[:300]
+    total = Counter(r.status for r in results)
+    return {
+        "torch": torch.__version__.split("+")[0],
+        "seconds": round(seconds, 1),
+        "samples": sum(total.values()),
+        "totals": dict(sorted(total.items())),
+        "aten": {k: dict(sorted(v.items())) for k, v in sorted(per_aten.items())},
+        "opinfos": {k: {d: dict(sorted(c.items())) for d, c in sorted(v.items())} for k, v in sorted(per_op.items())},
+        "first_problem": dict(sorted(first_problem.items())),
+    }
+
+
+def reaching_core(ops: list[Any]) -> list[Any]:
+    """The OpInfos whose first sample reaches a Core ATen overload on the CPU."""
+    keep = []
+    for op in ops:
+        picked = dtypes_for(op)
+        if not picked:
+            continue
+        try:
+            first = samples(op, picked[0], 1)
+        except Exception:
+            continue
+        if not first:
+            continue
+        rec = _Record()
+        try:
+            with rec, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                s = first[0]
+                op.op(s.input, *s.args, **s.kwargs)
+        except Exception:
+            continue
+        if rec.seen & CORE_NAMES:
+            keep.append(op)
+    return keep
+
+
+# ---------------------------------------------------------------------------------------------------------- tests
+BY_NAME = {full_name(o): o for o in op_db}
+
+
+def test_fast_subset_names_exist():
+    missing = [n for n in FAST if n not in BY_NAME]
+    assert not missing, f"FAST names OpInfos op_db does not have: {missing}"
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_fast_subset(name):
+    op = BY_NAME[name]
+    results = sweep([op], limit=FAST_SAMPLES, bf16_limit=1)
+    wrong = [r for r in results if r.status not in ("pass", "skip")]  # these are Core ATen ops: all must run
+    assert results and not wrong, "\n".join(f"{r.dtype} sample {r.index}: {r.status}: {r.detail}" for r in wrong)
+
+
+@pytest.mark.conformance
+def test_full_sweep_writes_the_conformance_record(request):
+    if "conformance" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("the full sweep takes minutes: run it with make conformance (pytest -m conformance)")
+    t0 = time.perf_counter()
+    ops = reaching_core(list(op_db))
+    results = sweep(ops)
+    record = summarize(results, time.perf_counter() - t0)
+    RESULTS.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")
+    t = record["totals"]
+    ran = sum(t.get(s, 0) for s in ("pass", "fail", "error", "unsupported"))
+    assert record["samples"] > 10000 and len(record["opinfos"]) > 250, "the sweep ran too few samples"
+    worst = sorted(record["first_problem"].items())[:40]
+    assert t.get("pass", 0) >= 0.9 * ran, f"pass rate {t.get('pass', 0) / ran:.1%} < 90%:\n" + "\n".join(
+        f"{k}: {v}" for k, v in worst
+    )
