@@ -5,7 +5,7 @@ STAMP := $(VENV)/.kohakutt-setup
 PYTEST_ARGS ?=
 TTNN_VENV ?= .venv-ttnn
 
-.PHONY: setup demo test lint format bench conformance clean
+.PHONY: setup demo test lint format bench conformance conformance-tinygrad clean
 
 $(STAMP): pyproject.toml scripts/setup_env.sh
 	bash scripts/setup_env.sh $(VENV)
@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml scripts/setup_env.sh
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/00_quickstart.py
+	$(PY) examples/01_tensors.py
 
 test: $(STAMP)
 	@bash scripts/ttnn_venv.sh $(TTNN_VENV) || echo "make: no TT-NN venv (reason above); the TT-NN contract tests will skip"
@@ -31,9 +31,23 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/host_transfer.py
+	$(PY) benchmarks/dispatch.py
+	$(PY) benchmarks/mlp_training.py
 
 conformance: $(STAMP)
 	$(PY) -m pytest -q -m conformance
+
+# tinygrad's own tests (test/backend/test_ops.py from a tinygrad git checkout; not in its wheel) on KTT and on
+# tinygrad's CPU device (needs clang), against the installed tinygrad; TINYGRAD_K=<pytest -k> runs a subset,
+# TINYGRAD_FP32_MATMUL=split runs KTT's float32 matmuls split (KTT_TINYGRAD_FP32_MATMUL).
+TINYGRAD_SRC ?=
+TINYGRAD_TESTS ?= test/backend/test_ops.py
+TINYGRAD_K ?=
+TINYGRAD_FP32_MATMUL ?= card
+conformance-tinygrad: $(STAMP)
+	@test -n "$(TINYGRAD_SRC)" || { echo "make: set TINYGRAD_SRC=<a tinygrad git checkout> (git clone https://github.com/tinygrad/tinygrad)"; exit 2; }
+	$(PY) -m kohakutt.frontends.tinygrad.conformance --src "$(TINYGRAD_SRC)" --tests $(TINYGRAD_TESTS) \
+		--fp32-matmul $(TINYGRAD_FP32_MATMUL) $(if $(TINYGRAD_K),-k "$(TINYGRAD_K)")
 
 clean:
 	rm -rf build .pytest_cache $(STAMP)

@@ -17,3 +17,9 @@ def knobs(monkeypatch):
     yield set_knobs
     monkeypatch.undo()
     config.reload()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the frontends' tests last: a frontend keeps its chip open for the rest of the process (as a CUDA
+    context does), while the HAL's tests open, count and close chips themselves."""
+    items.sort(key=lambda item: "frontends" in item.nodeid.split("::")[0].split("/"))

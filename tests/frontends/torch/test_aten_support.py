@@ -9,10 +9,8 @@ from pathlib import Path
 
 import torch
 
-import kohakutt
-
 ROOT = Path(__file__).resolve().parents[3]
-DEV = kohakutt.device(0)
+DEV = torch.device("tt", 0)
 
 
 @functools.cache

@@ -20,10 +20,9 @@ from fractions import Fraction
 import pytest
 import torch
 
-import kohakutt
 from kohakutt.errors import DtypeError
 
-DEV = kohakutt.device(0)
+DEV = torch.device("tt", 0)
 
 
 def same(got: torch.Tensor, want: torch.Tensor) -> None:

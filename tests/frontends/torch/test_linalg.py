@@ -27,7 +27,7 @@ import torch.nn.functional as F
 import kohakutt
 from kohakutt.errors import DtypeError
 
-DEV = kohakutt.device(0)
+DEV = torch.device("tt", 0)
 TF32 = 3 * 2.0**-10
 
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import kohakutt
 from kohakutt.errors import CommandError, DtypeError, IndexOutOfRangeError
 from kohakutt.frontends.torch.aten import KERNELS, all_kernels
 from kohakutt.ir.ops import ShapeError
 
-DEV = kohakutt.device(0)
+DEV = torch.device("tt", 0)
 FLOATS = [torch.float32, torch.bfloat16]
 MOVED = [torch.float32, torch.bfloat16, torch.int32, torch.int64, torch.bool, torch.uint8]
 RTOL, ATOL = 2.0**-21, 1e-6

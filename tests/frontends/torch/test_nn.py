@@ -37,11 +37,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kohakutt
 from kohakutt.errors import CommandError, DtypeError
 from kohakutt.kernels import registry
 
-DEV = kohakutt.device(0)
+DEV = torch.device("tt", 0)
 TF32 = 3 * 2.0**-10
 BF16 = 2.0**-8
 FP32 = 2.0**-20

@@ -41,7 +41,6 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import kohakutt
 from kohakutt.errors import DtypeError, KohakuTTUnsupportedOperator
 
 pytest.importorskip("expecttest", reason="torch.testing._internal needs expecttest (pip install -e '.[dev]')")
@@ -49,7 +48,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from torch.testing._internal.common_methods_invocations import op_db
 
-DEV = kohakutt.device(0)
+DEV = torch.device("tt", 0)
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "docs" / "reference" / "aten_conformance.json"
 RTOL = {torch.float32: 2.0**-9, torch.bfloat16: 2.0**-6}

@@ -17,10 +17,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import kohakutt
 from kohakutt.ir.ops import ShapeError
 
-DEV = kohakutt.device(0)
+DEV = torch.device("tt", 0)
 ULP4 = 2.0**-22
 FUSED = 2.0**-20
 

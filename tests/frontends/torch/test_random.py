@@ -15,11 +15,10 @@ import math
 import pytest
 import torch
 
-import kohakutt
 from kohakutt.errors import DtypeError, KohakuTTUnsupportedOperator
 from kohakutt.ir.ops import ShapeError
 
-DEV = kohakutt.device(0)
+DEV = torch.device("tt", 0)
 N = 40000
 KS = 1.95 / math.sqrt(N)
 

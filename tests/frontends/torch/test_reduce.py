@@ -27,11 +27,10 @@ import math
 import pytest
 import torch
 
-import kohakutt
 from kohakutt import config
 from kohakutt.errors import DtypeError
 
-DEV = kohakutt.device(0)
+DEV = torch.device("tt", 0)
 FP32 = 2.0**-20
 SRC_A = 2.0**-9  # an fp32 value truncated to SrcA's 10 significant bits
 BF16_SUM = 2 * 2.0**-8

@@ -13,10 +13,10 @@ import re
 import runpy
 from pathlib import Path
 
-import kohakutt
+import torch
 
 ROOT = Path(__file__).resolve().parents[3]
-DEV = kohakutt.device(0)
+DEV = torch.device("tt", 0)
 
 
 def run_example(name: str) -> str:

@@ -22,7 +22,7 @@ from kohakutt.errors import CommandError, DeviceError, DtypeError
 from kohakutt.frontends.torch import runtime
 from kohakutt.hal import Command
 
-DEV = kohakutt.device(0)
+DEV = torch.device("tt", 0)
 STORED = [torch.float32, torch.bfloat16, torch.int32, torch.int64, torch.bool, torch.uint8, torch.uint16, torch.uint32]
 
 
@@ -62,6 +62,7 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 # ------------------------------------------------------------------------------------------------------- storages
 def test_untyped_storage_on_tt_is_a_hal_buffer_counted_by_the_allocator():
+    gc.collect()  # earlier tests' garbage must not be freed between the two readings
     torch.tt.synchronize()
     before = torch.tt.memory_allocated()
     s = torch.UntypedStorage(1000, device="tt")
