@@ -301,8 +301,19 @@ def test_estimates_count_ttnn_dense_groups(dev):
     assert t > 2 * k  # a depthwise convolution as TT-NN's dense block-diagonal GEMM
 
 
+def _matmul_tests():
+    """tests/kernels/test_matmul.py as a module (its TT-NN name recorder), whatever pytest's import mode."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("ktt_kernels_test_matmul", Path(__file__).with_name("test_matmul.py"))
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
 def test_ttnn_calls_use_only_declared_names():
-    from test_matmul import check_ttnn_names
+    check_ttnn_names = _matmul_tests().check_ttnn_names
 
     log = check_ttnn_names(
         conv_kernels,
@@ -317,3 +328,69 @@ def test_ttnn_calls_use_only_declared_names():
     assert {"conv2d", "conv_transpose2d", "experimental.conv3d", "permute"} <= log
     with pytest.raises(KohakuTTUnsupportedOperator):
         check_ttnn_names(conv_kernels, [("conv", [(1, 3, 4, 4, 4), (3, 4, 2, 2, 2)], {"transposed": True})])
+
+
+# ------------------------------------------------------------------------------------------ the two engines
+def _grid(rng, *shape):
+    """bf16 values +-(1 + m/128): every float32 sum of fewer than 256 products is exact in any order."""
+    values = rng.choice([-1.0, 1.0], shape) * (1 + rng.integers(0, 128, shape) / 128)
+    return torch.from_numpy(values.astype(np.float32))
+
+
+ENGINE_CASES = {  # x shape, w shape, conv_forward kwargs, pairs (HiFi3 gives two)
+    "padded 3x3": ((2, 4, 10, 9), (6, 4, 3, 3), {"pads": ((1, 1), (1, 1)), "dilation": (1, 1)}, 1),
+    "uneven pad": ((2, 3, 9, 8), (4, 3, 4, 2), {"pads": ((1, 2), (0, 1)), "dilation": (1, 1)}, 1),
+    "w stride, dilation": ((2, 5, 12, 14), (7, 5, 3, 2), {"pads": ((2, 2), (1, 1)), "dilation": (2, 3),
+                                                          "stride": (1, 2)}, 1),
+    "two pairs, 1 x 3": ((1, 6, 7, 9), (5, 6, 1, 3), {"pads": ((0, 0), (1, 1)), "dilation": (1, 1)}, 2),
+    "wide": ((1, 40, 9, 8), (70, 40, 3, 3), {"pads": ((1, 1), (1, 1)), "dilation": (1, 1)}, 2),
+}  # fmt: skip
+
+
+def _engines(monkeypatch, xs, ws, kw, channels_last_out):
+    kw = {"stride": (1, 1), "groups": 1, "fp32_acc": False, "channels_last_out": channels_last_out, **kw}
+    fast = conv_kernels.conv_forward(xs, ws, **kw)
+    monkeypatch.setattr(conv_kernels, "BF16_UNITS", False)
+    plain = conv_kernels.conv_forward(xs, ws, **kw)
+    monkeypatch.undo()
+    return fast, plain
+
+
+@pytest.mark.skipif(not conv_kernels.BF16_UNITS, reason="no bfloat16 units on this CPU: the float32 engine runs")
+@pytest.mark.parametrize("name", list(ENGINE_CASES))
+def test_bf16_engine_matches_the_float32_engine(monkeypatch, name):
+    """Exact sums give the same bits; otherwise the float32 orders differ, which flips a bf16 rounding now and then:
+    at most one bf16 ulp of the running sum per kernel row, bounded here by kh * 2^-7 * sum|x||w|."""
+    xs_, ws_, kw, pairs = ENGINE_CASES[name]
+    rng = np.random.default_rng(len(name))
+    for cl in (False, True):
+        xs = [_grid(rng, *xs_) for _ in range(pairs)]
+        xs = [x.contiguous(memory_format=torch.channels_last) for x in xs] if cl else xs
+        ws = [_grid(rng, *ws_) for _ in range(pairs)]
+        fast, plain = _engines(monkeypatch, xs, ws, kw, cl)
+        assert torch.equal(fast, plain), name
+        assert fast.is_contiguous(memory_format=torch.channels_last) == cl
+        xs = [torch.from_numpy(bf16(*xs_)) for _ in range(pairs)]
+        ws = [torch.from_numpy(bf16(*ws_)) for _ in range(pairs)]
+        fast, plain = _engines(monkeypatch, xs, ws, kw, cl)
+        mag = sum(F.conv2d(x.abs().double(), w.abs().double(), None, kw.get("stride", 1), 0, kw["dilation"])
+                  for x, w in zip((F.pad(x, [p for lh in reversed(kw["pads"]) for p in lh]) for x in xs), ws))
+        assert torch.all((fast - plain).abs() <= ws_[2] * 2.0**-7 * mag.float()), name
+        assert (fast == plain).float().mean() >= 0.999, name
+
+
+def test_bf16_engine_leaves_what_it_cannot_run_to_the_float32_engine(monkeypatch):
+    """Grouped convolutions, Inf / NaN and magnitudes below 2^-50 (whose products the bf16 units would flush) run
+    the float32 engine: the same bits either way."""
+    rng = np.random.default_rng(4)
+    kw = {"pads": ((1, 1), (1, 1)), "dilation": (1, 1)}
+    x, w = torch.from_numpy(bf16(2, 4, 8, 8)), torch.from_numpy(bf16(6, 2, 3, 3))
+    fast, plain = _engines(monkeypatch, [x], [w], {**kw, "groups": 2}, False)
+    assert torch.equal(fast, plain)
+    for special in (2.0**-60, np.inf, np.nan):
+        x = _grid(rng, 2, 4, 8, 8)
+        x[1, 2, 3, 4] = special
+        w = _grid(rng, 6, 4, 3, 3)
+        assert conv_kernels._rows_bf16([x], [w], kw["pads"], (1, 1), 1, 1, False) is None
+        fast, plain = _engines(monkeypatch, [x], [w], kw, False)
+        np.testing.assert_array_equal(fast.numpy(), plain.numpy())  # NaNs in the same places
