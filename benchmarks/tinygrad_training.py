@@ -4,7 +4,8 @@ Model: Linear(256, 512) + SiLU + Linear(512, 4), batch 64, sparse categorical cr
 `--warmup` steps (compilation, JIT capture) and then `--steps` timed steps (each ends in `.item()`, so the work is
 done); the figure is host wall time per step, median. KTT runs on the simulated card here, so its wall time is the
 simulator's, not the card's; `device est.` is the cost model's device time per step. `replay host` is the host time
-one TinyJit replay takes to queue (the graph's __call__), the JIT's fixed cost per step.
+one TinyJit replay takes to queue its trace (`kohakutt.tinygrad.stats()["graph_replay_host_s"]` per replay), the JIT's
+fixed cost per step.
 The reference is tinygrad's CPU device (needs clang; scripts/setup_env.sh installs it) or, without clang, PYTHON.
 Run: python benchmarks/tinygrad_training.py [--steps 5] [--warmup 3] [--reference CPU] [--json]
 """
@@ -27,7 +28,6 @@ from tinygrad import Context, Tensor, TinyJit, nn
 
 import kohakutt.tinygrad as ktg
 from kohakutt import hal
-from kohakutt.frontends.tinygrad import graph as ktt_graph
 
 
 class Net:
@@ -59,33 +59,23 @@ def run(device: str, jit: bool, steps: int, warmup: int) -> dict[str, float]:
     fn = TinyJit(step) if jit else step
     for _ in range(warmup):
         fn(x, y).item()
-    times, loss, device_ns = [], 0.0, []
+    times, loss, device_ns, replay = [], 0.0, [], []
     for _ in range(steps):
+        before = ktg.stats()
         with hal.profile() as prof:
             t0 = time.perf_counter()
             loss = fn(x, y).item()
             times.append(time.perf_counter() - t0)
+        after = ktg.stats()
         device_ns.append(sum(r.device_ns for r in prof.records) if device.startswith("KTT") else 0.0)
-    return {"step_s": statistics.median(times), "loss": loss, "device_est_s": statistics.median(device_ns) * 1e-9}
-
-
-def replay_host_cost() -> float:
-    """Median host seconds of one KTTGraph call (queueing the trace replay), measured around the graph's __call__."""
-    samples: list[float] = []
-    original = ktt_graph.KTTGraph.__call__
-
-    def timed(self, *a, **k):
-        t0 = time.perf_counter()
-        out = original(self, *a, **k)
-        samples.append(time.perf_counter() - t0)
-        return out
-
-    ktt_graph.KTTGraph.__call__ = timed  # type: ignore[method-assign]
-    try:
-        run("KTT", True, 5, 3)
-    finally:
-        ktt_graph.KTTGraph.__call__ = original  # type: ignore[method-assign]
-    return statistics.median(samples[2:] or samples)
+        if n := after["graph_replays"] - before["graph_replays"]:  # the host time a replay took to queue its trace
+            replay.append((after["graph_replay_host_s"] - before["graph_replay_host_s"]) / n)
+    return {
+        "step_s": statistics.median(times),
+        "loss": loss,
+        "device_est_s": statistics.median(device_ns) * 1e-9,
+        "replay_host_s": statistics.median(replay) if replay else float("nan"),
+    }
 
 
 def main() -> None:
@@ -100,12 +90,12 @@ def main() -> None:
         for dev in ("KTT", args.reference):
             for jit in (False, True):
                 rows[f"{dev} {'jit' if jit else 'eager'}"] = run(dev, jit, args.steps, args.warmup)
-        replay = replay_host_cost()
     print(f"{'mode':<16} {'step (ms)':>10} {'vs ref':>8} {'device est. (ms)':>17} {'loss':>10}")
     for name, r in rows.items():
         ref = rows[f"{args.reference} {name.split()[1]}"]["step_s"]
         dev = f"{r['device_est_s'] * 1e3:17.3f}" if name.startswith("KTT") else f"{'-':>17}"
         print(f"{name:<16} {r['step_s'] * 1e3:10.2f} {r['step_s'] / ref:7.2f}x {dev} {r['loss']:10.5f}")
+    replay = rows["KTT jit"]["replay_host_s"]
     print(f"TinyJit replay host cost (queueing one trace): {replay * 1e3:.3f} ms")
     print("KTT kernels:", {k: v for k, v in ktg.stats().items() if k != "ir_ops"})
     if args.json:

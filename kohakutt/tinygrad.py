@@ -11,12 +11,17 @@ from kohakutt.frontends.tinygrad import (
     HostFallbackWarning,
     device_of,
     fidelity_of,
+    from_torch,
     numerics,
     register,
     reset,
     stats,
+    to_torch,
 )
 
 register()
 
-__all__ = ["DEVICE", "HostFallbackWarning", "device_of", "fidelity_of", "numerics", "register", "reset", "stats"]
+__all__ = [
+    "DEVICE", "HostFallbackWarning", "device_of", "fidelity_of", "from_torch", "numerics", "register", "reset", "stats",
+    "to_torch",
+]  # fmt: skip

@@ -130,8 +130,18 @@ def render() -> str:
         parts = ", ".join(f"{t[s]} {s}" for s in STATUSES if t.get(s))
         lines.append(
             f"- Conformance (torch {record['torch']}): {record['samples']} samples of {len(record['opinfos'])} "
-            f"OpInfos in {record['seconds']:.0f} s: **{rate:.1f}% pass** of those run ({parts})."
+            f"OpInfos in {record['seconds']:.0f} s: **{rate:.1f}% pass** of those run ({parts}; a sample is run "
+            "unless its CPU reference fails: skip)."
         )
+        policy = record.get("dtype_policy_refusals")
+        if policy is not None:
+            rest = ran - policy
+            lines.append(
+                f"- Of the unsupported samples, {policy} are refusals by the dtype policy (a float64, float16, "
+                "complex, int8 or int16 tensor, which the card does not hold, made by the sample or inside the op; "
+                f"FFTs, whose results are complex). Leaving those out: **{100.0 * t.get('pass', 0) / rest:.1f}% "
+                f"pass** of {rest} samples."
+            )
         core_ran = [n for n in core if conformance(n, record) not in ("-", "not sampled")]
         clean = [n for n in core_ran if "(" not in conformance(n, record)]
         lines.append(f"- Core overloads sampled: {len(core_ran)} of {len(core)}; every sample passes on {len(clean)}.")

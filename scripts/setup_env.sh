@@ -33,3 +33,12 @@ if ! "$venv/bin/python" -c 'import torch, sys; v = tuple(int(x) for x in torch._
 fi
 echo "setup: installing kohakutt and its dev and tinygrad extras"
 "${pip[@]}" install -e ".[dev,tinygrad]"
+# tinygrad's CPU device (the reference of the KTT benchmark and of make conformance-tinygrad) compiles with clang.
+if ! command -v clang >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing clang (tinygrad's CPU device needs it)"
+    apt-get install -y -q clang >/dev/null || echo "setup: apt-get install clang failed; install clang yourself" >&2
+  else
+    echo "setup: no clang: tinygrad's CPU device (the KTT benchmark's reference) needs it: sudo apt-get install clang" >&2
+  fi
+fi

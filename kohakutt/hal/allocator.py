@@ -106,26 +106,62 @@ class Allocator:
         return self._spaces[kind].size * self._banks[kind]
 
     def allocate(self, nbytes: int, kind: MemoryKind, page_size: int) -> Allocation:
+        """Room for ``nbytes`` in ``page_size`` pages; out of memory raises :class:`OutOfMemoryError` (counted)."""
+        alloc = self.try_allocate(nbytes, kind, page_size)
+        if alloc is None:
+            with self._lock:
+                self._stats[kind].num_ooms += 1
+            raise OutOfMemoryError(self._oom_message(nbytes, kind, self._bank_bytes(nbytes, kind, page_size)))
+        return alloc
+
+    def try_allocate(self, nbytes: int, kind: MemoryKind, page_size: int) -> Allocation | None:
+        """Like :meth:`allocate`, but None (not counted as an out-of-memory) when there is no room."""
         banks = self._banks[kind]
         space = self._spaces[kind]
-        pages = -(-nbytes // page_size) if nbytes else 0
         stride = align_up(page_size, space.align)
-        bank_bytes = -(-pages // banks) * stride
+        bank_bytes = self._bank_bytes(nbytes, kind, page_size)
         with self._lock:
-            st = self._stats[kind]
             address = space.alloc(bank_bytes) if bank_bytes else 0
             if address is None:
-                st.num_ooms += 1
-                raise OutOfMemoryError(self._oom_message(nbytes, kind, bank_bytes))
+                return None
             alloc = Allocation(kind, address, bank_bytes, banks, nbytes, page_size, stride)
-            st.on_alloc(nbytes, alloc.footprint)
+            self._stats[kind].on_alloc(nbytes, alloc.footprint)
             return alloc
 
-    def release(self, alloc: Allocation) -> None:
+    def _bank_bytes(self, nbytes: int, kind: MemoryKind, page_size: int) -> int:
+        pages = -(-nbytes // page_size) if nbytes else 0
+        return -(-pages // self._banks[kind]) * align_up(page_size, self._spaces[kind].align)
+
+    def release(self, alloc: Allocation, *, cached: bool = False) -> None:
+        """Give ``alloc``'s range back. ``cached``: it was parked by :meth:`park` (its bytes no longer count as
+        allocated, only as reserved)."""
         with self._lock:
             if alloc.bank_bytes:
                 self._spaces[alloc.kind].free(alloc.address)
-            self._stats[alloc.kind].on_free(alloc.nbytes, alloc.footprint)
+            st = self._stats[alloc.kind]
+            if cached:
+                st.reserved_bytes -= alloc.footprint
+                st.cached_bytes -= alloc.footprint
+            else:
+                st.on_free(alloc.nbytes, alloc.footprint)
+
+    def park(self, alloc: Allocation) -> None:
+        """``alloc`` was freed into a cache: no longer allocated, still reserved (its range stays taken)."""
+        with self._lock:
+            st = self._stats[alloc.kind]
+            st.allocated_bytes -= alloc.nbytes
+            st.cached_bytes += alloc.footprint
+            st.num_frees += 1
+
+    def unpark(self, alloc: Allocation) -> None:
+        """A parked ``alloc`` is reused: allocated again (reserved already counts it)."""
+        with self._lock:
+            st = self._stats[alloc.kind]
+            st.allocated_bytes += alloc.nbytes
+            st.cached_bytes -= alloc.footprint
+            st.num_allocs += 1
+            if st.allocated_bytes > st.peak_allocated_bytes:
+                st.peak_allocated_bytes = st.allocated_bytes
 
     def stats(self) -> dict[str, int]:
         """Flat statistics: ``<kind>.<name>`` for each memory kind, and totals without a prefix."""
@@ -163,7 +199,8 @@ class Allocator:
 @dataclass
 class _KindStats:
     allocated_bytes: int = 0
-    reserved_bytes: int = 0
+    reserved_bytes: int = 0  # allocated ranges, including the ones parked in a cache
+    cached_bytes: int = 0  # the parked part of reserved_bytes
     peak_allocated_bytes: int = 0
     peak_reserved_bytes: int = 0
     num_allocs: int = 0
@@ -190,6 +227,7 @@ class _KindStats:
         return {
             "allocated_bytes": self.allocated_bytes,
             "reserved_bytes": self.reserved_bytes,
+            "cached_bytes": self.cached_bytes,
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "peak_reserved_bytes": self.peak_reserved_bytes,
             "num_allocs": self.num_allocs,

@@ -18,8 +18,8 @@ _ids = itertools.count(1)
 class Buffer:
     """Device memory owned by the HAL. Create with :meth:`Device.allocate`; free with :meth:`Device.free`."""
 
-    __slots__ = ("__weakref__", "_alloc", "_state", "data_ptr", "device", "fmt", "handle", "id", "kind", "layout",
-                 "nbytes", "page_size", "shape", "trace")
+    __slots__ = ("__weakref__", "_alloc", "_state", "cache_key", "cached", "data_ptr", "device", "fmt", "handle", "id",
+                 "kind", "layout", "nbytes", "page_size", "shape", "trace")
 
     def __init__(self, device: Device, alloc: Allocation, layout: Layout, fmt: Format, shape: tuple[int, ...] | None):
         self.device = device
@@ -34,6 +34,8 @@ class Buffer:
         self.handle: Any = None
         self.trace: Any = None  # the trace that allocated it while capturing, if any
         self.data_ptr = 0  # the device address frontends see (0 for an empty buffer)
+        self.cached = False  # freeing it parks its memory in the device's cache (Device.allocate(cached=True))
+        self.cache_key: Any = None  # what a cached block of it must match to be reused
         self._state = "live"
 
     @property

@@ -20,6 +20,7 @@ from kohakutt.errors import BackendUnavailable, BufferUseError, DeviceError, For
 from kohakutt.hal.allocator import Allocator
 from kohakutt.hal.backends.base import Backend
 from kohakutt.hal.buffer import Buffer
+from kohakutt.hal.cache import Block, BlockCache
 from kohakutt.hal.card import P150A, CardSpec
 from kohakutt.hal.layout import Format, Layout, MemoryKind
 from kohakutt.hal.layout import nbytes as layout_nbytes
@@ -117,6 +118,8 @@ class Device:
         self._streams: list[Stream] = []
         self.default_stream = self.new_stream("default")
         self._live: dict[int, Buffer] = {}
+        self._cache = BlockCache()
+        self._cache_lock = threading.Lock()
         self._current = threading.local()
         # Each buffer gets a stable address of its own: what frontends hand out as a data pointer.
         self._next_address = _next_addresses.get(chip_id, (chip_id + 1) << 48)
@@ -155,6 +158,8 @@ class Device:
                     s.close()
                 for buf in list(self._live.values()):
                     self._release(buf)
+                for blk in self._cache.take_all():
+                    self._release_block(blk)
                 self.backend.close()
                 self._closed = True
                 _devices.pop(self.chip_id, None)
@@ -214,9 +219,22 @@ class Device:
     # ------------------------------------------------------------------------------------------------ buffers
     def allocate(self, nbytes: int | None = None, *, shape: tuple[int, ...] | None = None,
                  fmt: Format | str = Format.UINT8, layout: Layout | str = Layout.ROW_MAJOR,
-                 kind: MemoryKind | str = MemoryKind.DRAM, page_size: int | None = None) -> Buffer:
-        """A new buffer: ``nbytes`` raw bytes, or room for a tensor of ``shape`` in ``fmt`` and ``layout``."""
+                 kind: MemoryKind | str = MemoryKind.DRAM, page_size: int | None = None, cached: bool = False,
+                 stream: Stream | None = None) -> Buffer:
+        """A new buffer: ``nbytes`` raw bytes, or room for a tensor of ``shape`` in ``fmt`` and ``layout``.
+
+        ``cached=True``: when the buffer is freed its memory stays reserved in the device's cache, and this call
+        takes such a block of the same size, kind, layout, format and page size when work on ``stream`` (the
+        current stream by default) may use it (see :mod:`kohakutt.hal.cache`). A cached block holds the values its
+        last buffer had, as on the card; a fresh buffer is zeros on the simulator."""
         self._check_open("allocate")
+        if (shape is None and page_size is None and fmt is Format.UINT8 and layout is Layout.ROW_MAJOR
+                and kind is MemoryKind.DRAM and type(nbytes) is int and nbytes >= 0):  # raw bytes: the common case
+            if cached and nbytes and self._cache.nbytes:
+                buf = self._reuse(nbytes, None, fmt, layout, stream)
+                if buf is not None:
+                    return buf
+            return self._allocate(nbytes, None, fmt, layout, kind, RAW_PAGE_SIZE, cached, stream)
         fmt, layout, kind = Format.of(fmt), Layout.of(layout), MemoryKind.of(kind)
         if layout is Layout.ROW_MAJOR and fmt.is_block:
             raise FormatError(f"{fmt.value} exists only in tile layout; allocate it with layout='tile'")
@@ -239,29 +257,76 @@ class Device:
                 page_size = RAW_PAGE_SIZE
         if page_size <= 0:
             raise FormatError(f"page_size must be positive, got {page_size}")
-        alloc = self.allocator.allocate(nbytes, kind, page_size)
+        return self._allocate(nbytes, shape, fmt, layout, kind, page_size, cached, stream)
+
+    def _reuse(self, key: Any, shape: tuple[int, ...] | None, fmt: Format, layout: Layout,
+               stream: Stream | None) -> Buffer | None:
+        """A new buffer over a cached block of ``key`` that work on ``stream`` may use, or None."""
+        cur = self.current_stream
+        s = stream or cur
+        if cur._capture is not None or s._capture is not None:  # a trace owns what it allocates: fresh memory
+            return None
+        with self._cache_lock:
+            blk = self._cache.take(key, s)
+        if blk is None:
+            return None
+        self.allocator.unpark(blk.alloc)
+        buf = Buffer(self, blk.alloc, layout, fmt, shape)
+        buf.handle, buf.cached, buf.cache_key = blk.handle, True, key
+        self._map(buf)
+        return buf
+
+    def _allocate(self, nbytes: int, shape: tuple[int, ...] | None, fmt: Format, layout: Layout, kind: MemoryKind,
+                  page_size: int, cached: bool, stream: Stream | None) -> Buffer:
+        key = _block_key(nbytes, shape, fmt, layout, kind, page_size) if cached else None
+        if cached and nbytes and self._cache.nbytes and type(key) is not int:  # raw bytes tried in allocate
+            buf = self._reuse(key, shape, fmt, layout, stream)
+            if buf is not None:
+                return buf
+        trace = self.current_stream.capturing
+        alloc = self.allocator.try_allocate(nbytes, kind, page_size)
+        if alloc is None and len(self._cache):  # cached blocks go back before memory runs out
+            self.empty_cache()
+            alloc = self.allocator.try_allocate(nbytes, kind, page_size)
+        if alloc is None:
+            alloc = self.allocator.allocate(nbytes, kind, page_size)  # raises the out-of-memory error, counted
         buf = Buffer(self, alloc, layout, fmt, shape)
+        buf.cached, buf.cache_key = cached, key
         try:
             buf.handle = self.backend.create(buf)
         except BaseException:
             self.allocator.release(alloc)
             raise
-        self._live[buf.id] = buf
-        if nbytes:
-            with self._addr_lock:
-                buf.data_ptr = self._next_address
-                self._next_address += -(-nbytes // 4096) * 4096 + 4096  # a gap keeps neighbours apart
-                _next_addresses[self.chip_id] = self._next_address
-                self._starts.append(buf.data_ptr)  # addresses only grow: the list stays sorted
-                self._at[buf.data_ptr] = buf
-        trace = self.current_stream.capturing
+        self._map(buf)
         if trace is not None:
             buf.trace = trace
             trace.owned.append(buf)
         return buf
 
-    def free(self, buf: Buffer, stream: Stream | None = None) -> None:
-        """Free ``buf`` once the work queued before this call is done (frees are ordered on the stream)."""
+    def _map(self, buf: Buffer) -> None:
+        """Make ``buf`` live and give it an address of its own."""
+        self._live[buf.id] = buf
+        if buf.nbytes:
+            with self._addr_lock:
+                buf.data_ptr = self._next_address
+                self._next_address += -(-buf.nbytes // 4096) * 4096 + 4096  # a gap keeps neighbours apart
+                _next_addresses[self.chip_id] = self._next_address
+                self._starts.append(buf.data_ptr)  # addresses only grow: the list stays sorted
+                self._at[buf.data_ptr] = buf
+
+    def _unmap(self, buf: Buffer) -> None:
+        self._live.pop(buf.id, None)
+        if buf.data_ptr:
+            with self._addr_lock:
+                self._at.pop(buf.data_ptr, None)
+                i = bisect.bisect_left(self._starts, buf.data_ptr)
+                if i < len(self._starts) and self._starts[i] == buf.data_ptr:
+                    self._starts.pop(i)
+
+    def free(self, buf: Buffer, stream: Stream | None = None, *, used_on: tuple[Stream, ...] = ()) -> None:
+        """Free ``buf`` once the work queued before this call is done (frees are ordered on ``stream``; work queued
+        on the streams in ``used_on`` before the call is waited for too). A cached buffer's memory is parked in the
+        device's cache at once: reusable by later work on ``stream``, by other streams once the work is done."""
         if buf.device is not self:
             raise BufferUseError(f"{buf!r} belongs to chip {buf.device.chip_id}, not chip {self.chip_id}")
         if not buf.is_live:
@@ -273,24 +338,64 @@ class Device:
         if trace is not None:  # the replay still uses it
             trace.deferred_frees.append(buf)
             return
+        if buf.cached and 0 < buf._alloc.bank_bytes * buf._alloc.banks <= self._cache.block_limit:
+            self._park(buf, s, used_on)
+            return
         buf._state = "freeing"
+        if used_on:
+            marks = [(o, o.mark()) for o in used_on if o is not s]
+            s.enqueue(Command("wait_streams", _wait_marks, (), {"marks": marks}))
         s.enqueue(Command("free", self._release, (buf,)))
+
+    def _park(self, buf: Buffer, stream: Stream, used_on: tuple[Stream, ...]) -> None:
+        buf._state = "freed"
+        self._unmap(buf)
+        self.allocator.park(buf._alloc)
+        marks = ((stream, stream._submitted),)
+        if used_on:
+            marks += tuple((o, o.mark()) for o in used_on if o is not stream)
+        with self._cache_lock:
+            evicted = self._cache.put(Block(buf.cache_key, buf._alloc, buf.handle, buf, marks))
+        for blk in evicted:
+            if all(s.passed(m) for s, m in blk.marks):
+                self._release_block(blk)
+            else:  # released once its streams are done with it
+                others = [(s, m) for s, m in blk.marks[1:]]
+                blk.marks[0][0].enqueue(Command("free", self._release_block_after, (), {"block": blk,
+                                                                                        "marks": others}))
 
     def _release(self, buf: Buffer) -> None:
         if buf._state == "freed":
             return
         buf._state = "freed"
-        self._live.pop(buf.id, None)
-        if buf.data_ptr:
-            with self._addr_lock:
-                self._at.pop(buf.data_ptr, None)
-                i = bisect.bisect_left(self._starts, buf.data_ptr)
-                if i < len(self._starts) and self._starts[i] == buf.data_ptr:
-                    self._starts.pop(i)
+        self._unmap(buf)
         try:
             self.backend.destroy(buf)
         finally:
             self.allocator.release(buf._alloc)
+
+    def _release_block(self, blk: Block) -> None:
+        try:
+            self.backend.destroy(blk.owner)
+        finally:
+            self.allocator.release(blk.alloc, cached=True)
+
+    def _release_block_after(self, *, block: Block, marks: list[tuple[Stream, int]]) -> None:
+        _wait_marks(marks=marks)
+        self._release_block(block)
+
+    def empty_cache(self) -> None:
+        """Give every cached block back to the allocator, after the work that still uses it (waits for it)."""
+        with self._cache_lock:
+            blocks = self._cache.take_all()
+        me = threading.current_thread()
+        for blk in blocks:
+            if any(s.worker is me and not s.passed(m) for s, m in blk.marks):  # a command cannot wait for itself
+                with self._cache_lock:
+                    self._cache.put(blk)
+                continue
+            _wait_marks(marks=blk.marks)
+            self._release_block(blk)
 
     def buffer_at(self, ptr: int) -> tuple[Buffer, int]:
         """The live buffer whose bytes contain address ``ptr``, and the byte offset of ``ptr`` in it."""
@@ -426,6 +531,21 @@ class Device:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self._refs} users"
         return f"Device(chip={self.chip_id}, backend={self.backend.name}, {state})"
+
+
+def _block_key(nbytes: int, shape: tuple[int, ...] | None, fmt: Format, layout: Layout, kind: MemoryKind,
+               page_size: int) -> Any:
+    """What a cached block must match to be reused: the byte size alone for raw DRAM bytes (the frontends'
+    storages), else size, shape, format, layout, memory kind and page size."""
+    if (shape is None and fmt is Format.UINT8 and layout is Layout.ROW_MAJOR and kind is MemoryKind.DRAM
+            and page_size == RAW_PAGE_SIZE):
+        return nbytes
+    return (nbytes, shape, fmt, layout, kind, page_size)
+
+
+def _wait_marks(*, marks: list[tuple[Stream, int]] | tuple[tuple[Stream, int], ...]) -> None:
+    for s, m in marks:
+        s.wait_for(m)
 
 
 _NP_DTYPES = {Format.FLOAT32: np.float32, Format.INT32: np.int32, Format.UINT32: np.uint32,

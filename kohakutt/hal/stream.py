@@ -75,7 +75,11 @@ class Stream:
         self.device = device
         self.name = name
         self._queue: deque[Command] = deque()
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)  # completions: synchronize and wait_for wait on it
+        self._work = threading.Condition(self._lock)  # the worker waits on it for commands
+        self._idle = False  # the worker waits on _work: the next enqueue wakes it
+        self._sync_waiters = 0
         self._submitted = 0
         self._completed = 0
         self._errors: list[CommandError] = []
@@ -91,21 +95,20 @@ class Stream:
         if self._capture is not None:
             self._capture._record(cmd)
             return
-        with self._cv:
+        with self._lock:
             if self._closed:
                 raise CommandError(cmd.name, RuntimeError("the stream is closed"))
             self._queue.append(cmd)
             self._submitted += 1
-            self._cv.notify_all()
+            if self._idle:
+                self._work.notify()
         if self.device.launch_blocking:
             self.synchronize()
 
     def synchronize(self) -> None:
         """Wait for every queued command; raise the first error since the last synchronize, naming its command."""
         with self._cv:
-            target = self._submitted
-            while self._completed < target:
-                self._cv.wait()
+            self._wait_locked(self._submitted)
             errors, self._errors = self._errors, []
         if errors:
             first = errors[0]
@@ -118,6 +121,33 @@ class Stream:
         """True when every queued command has run."""
         with self._cv:
             return self._completed == self._submitted
+
+    @property
+    def worker(self) -> threading.Thread:
+        """The thread that runs this stream's commands."""
+        return self._worker
+
+    def mark(self) -> int:
+        """The point this stream has been queued up to: the number of commands queued so far."""
+        return self._submitted
+
+    def passed(self, mark: int) -> bool:
+        """Whether every command queued before ``mark`` (from :meth:`mark`) has run."""
+        return self._completed >= mark
+
+    def wait_for(self, mark: int) -> None:
+        """Wait until the commands queued before ``mark`` have run, without taking their errors (``synchronize``
+        still reports them)."""
+        with self._cv:
+            self._wait_locked(mark)
+
+    def _wait_locked(self, mark: int) -> None:
+        self._sync_waiters += 1
+        try:
+            while self._completed < mark:
+                self._cv.wait()
+        finally:
+            self._sync_waiters -= 1
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event or Event()
@@ -158,9 +188,11 @@ class Stream:
     def _loop(self) -> None:
         profiler = self.device.profiler
         while True:
-            with self._cv:
+            with self._lock:
                 while not self._queue and not self._closed:
-                    self._cv.wait()
+                    self._idle = True
+                    self._work.wait()
+                    self._idle = False
                 if not self._queue:
                     return
                 cmd = self._queue.popleft()
@@ -175,13 +207,14 @@ class Stream:
             self.device_time_ns += cmd.estimate_ns
             if profiler.active:
                 profiler.record(self, cmd, time.perf_counter_ns() - t0)
-            with self._cv:
+            with self._lock:
                 self._completed += 1
-                self._cv.notify_all()
+                if self._sync_waiters:
+                    self._cv.notify_all()
 
     def close(self) -> None:
         """Run what is queued, then stop the worker. Errors still pending are dropped with the stream."""
-        with self._cv:
+        with self._lock:
             self._closed = True
-            self._cv.notify_all()
+            self._work.notify_all()
         self._worker.join()

@@ -2,19 +2,30 @@
 
 ``run("add", [a, b])`` returns the output tensors at once; the work happens on the stream's worker. The command
 carries the op's resolved numerics and the simulator's time estimate, and names the op if it fails.
+
+What ``run`` works out from an op's signature (its operands' specs, Python numbers by type and value, attributes,
+the numerics scope, the backend and provider) - output specs, implementation, resolved numerics, time estimate - is
+kept in a bounded cache, so queueing the same call again costs little more than building its command.
 """
 
 from __future__ import annotations
 
+import enum
 import threading
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from kohakutt import config
 from kohakutt.errors import KohakuTTUnsupportedOperator
+from kohakutt.hal.card import CardSpec
 from kohakutt.hal.device import Device
 from kohakutt.hal.stream import Command, Stream
 from kohakutt.ir import ops as irops
-from kohakutt.ir.numerics import Numerics, numerics, resolve
+from kohakutt.ir.numerics import UNSET, Numerics, numerics, resolve
+from kohakutt.ir.numerics import current as current_numerics
 from kohakutt.ir.ops import ScalarSpec, ShapeError, Spec, TensorSpec
 from kohakutt.kernels import cost, registry
 from kohakutt.kernels.tensor import DeviceTensor, decode, empty, store
@@ -53,6 +64,90 @@ def spec_of(x: Operand) -> Spec:
     return x.spec if isinstance(x, DeviceTensor) else ScalarSpec(x)
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What ``run`` works out once per call signature."""
+
+    opdef: irops.OpDef
+    card: CardSpec
+    impl: registry.Impl
+    numerics: Numerics
+    out_specs: tuple[TensorSpec, ...]
+    estimate_ns: float
+    draws: int  # random numbers the op draws (random ops only)
+
+
+PLAN_CACHE_SIZE = 4096
+_plans: dict[Hashable, _Plan] = {}
+_LEAVES = (str, bytes, int, bool, complex, type(None), enum.Enum, TensorSpec, Numerics, np.generic)
+
+
+def _freeze(v: Any) -> Hashable:
+    """``v`` as a key that tells apart everything inference could (1, 1.0 and True differ); TypeError when ``v``
+    is something the cache must not key on (a mutable object, an array)."""
+    t = type(v)
+    if t is float:
+        return (t, v if v == v else "nan")
+    if t is int or t is bool or t is str or v is None:
+        return (t, v)
+    if t is tuple or t is list:
+        return (t, *[_freeze(x) for x in v])
+    if t is dict:
+        return (t, *[(k, _freeze(x)) for k, x in v.items()])
+    if isinstance(v, _LEAVES):
+        return (t, v)
+    raise TypeError(f"no cache key for {t.__name__}")
+
+
+def _signature(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None, dev: Device,
+               provider: str | None) -> Hashable | None:
+    """The cache key of a call (hashable unless an operand holds something unhashable: see :func:`_lookup`), or
+    None when it has none (an operand or attribute that cannot be a key)."""
+    if not registry._loaded:
+        registry._load()
+    try:
+        num = current_numerics()
+        return (op, dev.backend.name, provider, config.get("KTT_CUSTOM_KERNELS"), len(registry.IMPLS),
+                None if num is UNSET else num,
+                tuple([x.spec if type(x) is DeviceTensor else _freeze(x) for x in inputs]),
+                _freeze(attrs) if attrs else None)
+    except TypeError:
+        return None
+
+
+def _lookup(key: Hashable | None) -> tuple[_Plan | None, Hashable | None]:
+    """The cached plan of ``key`` and the key (None when it turns out unhashable)."""
+    if key is None:
+        return None, None
+    try:
+        return _plans.get(key), key
+    except TypeError:
+        return None, None
+
+
+def _plan(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None, specs: list[Spec], dev: Device | None,
+          out: Sequence[DeviceTensor] | None, provider: str | None) -> tuple[_Plan | None, irops.OpDef, dict, Device]:
+    """Work out a call: its plan (None when the op runs its decomposition), definition, bound attributes and device.
+    Raises what is wrong with the call, in the order: operands, attributes, shapes, devices, implementation."""
+    d = irops.get(op)
+    d.check_arity(len(inputs))
+    bound = d.bind_attrs(attrs)
+    out_specs = d.infer(specs, bound)
+    if dev is None:
+        raise ShapeError(f"{op}: no tensor operand to take the device from; pass device=")
+    _check_devices(op, inputs, out, dev)
+    impl = registry.lookup(op, dev.backend.name, provider)
+    if impl is None:
+        if d.decomposition is not None:
+            return None, d, bound, dev
+        raise KohakuTTUnsupportedOperator(
+            f"{op} has no implementation on the {dev.backend.name} backend and no decomposition")
+    num = resolve(d.numerics)
+    est = (impl.estimate or cost.default)(specs, out_specs, bound, num, dev.card)
+    draws = sum(s.numel for s in out_specs) if impl.random else 0
+    return _Plan(d, dev.card, impl, num, tuple(out_specs), est, draws), d, bound, dev
+
+
 def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None, *,
         out: Sequence[DeviceTensor] | None = None, device: Device | None = None, stream: Stream | None = None,
         provider: str | None = None) -> list[DeviceTensor]:
@@ -60,26 +155,29 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
 
     An op with no implementation on the device's backend runs its decomposition; without one it raises
     :class:`KohakuTTUnsupportedOperator`."""
-    d = irops.get(op)
-    d.check_arity(len(inputs))
-    attrs = d.bind_attrs(attrs)
-    specs = [spec_of(x) for x in inputs]
-    out_specs = d.infer(specs, attrs)
-    tensors = [x for x in inputs if isinstance(x, DeviceTensor)]
-    dev = device or (tensors[0].device if tensors else (out[0].device if out else None))
+    dev = device
     if dev is None:
-        raise ShapeError(f"{op}: no tensor operand to take the device from; pass device=")
-    for t in tensors + list(out or []):
-        if t.device is not dev:
-            raise ShapeError(f"{op}: expected all tensors on chip {dev.chip_id}, but found one on chip "
-                             f"{t.device.chip_id}; move it with .to() first")
-    impl = registry.lookup(op, dev.backend.name, provider)
-    if impl is None:
-        if d.decomposition is not None:
-            return _run_decomposed(d, list(inputs), attrs, out, dev)
-        raise KohakuTTUnsupportedOperator(
-            f"{op} has no implementation on the {dev.backend.name} backend and no decomposition")
-    num = resolve(d.numerics)
+        for x in inputs:
+            if isinstance(x, DeviceTensor):
+                dev = x.buffer.device
+                break
+        else:
+            if out:
+                dev = out[0].buffer.device
+    specs = [x.spec if isinstance(x, DeviceTensor) else ScalarSpec(x) for x in inputs]
+    plan, key = _lookup(_signature(op, inputs, attrs, dev, provider) if dev is not None else None)
+    if plan is not None and plan.card is dev.card and irops.OPS.get(op) is plan.opdef:  # type: ignore[union-attr]
+        bound = plan.opdef.attrs | attrs if attrs else dict(plan.opdef.attrs)
+        _check_devices(op, inputs, out, dev)  # type: ignore[arg-type]
+    else:
+        plan, d, bound, dev = _plan(op, inputs, attrs, specs, dev, out, provider)
+        if plan is None:
+            return _run_decomposed(d, list(inputs), bound, out, dev)
+        if key is not None:
+            if len(_plans) >= PLAN_CACHE_SIZE:
+                del _plans[next(iter(_plans))]  # the oldest signature
+            _plans[key] = plan
+    out_specs = list(plan.out_specs)
     if out is None:
         outs = [empty(dev, s) for s in out_specs]
     else:
@@ -87,31 +185,51 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
         if len(outs) != len(out_specs):
             raise ShapeError(f"{op} has {len(out_specs)} output(s), got {len(outs)} out tensors")
         for o, s in zip(outs, out_specs):
-            if o.shape != s.shape:
+            if o.spec.shape != s.shape:
                 raise ShapeError(f"{op}: out tensor has shape {o.shape}, the result has {s.shape}")
-    est = (impl.estimate or cost.default)(specs, out_specs, attrs, num, dev.card)
-    buffers, in_views, out_views = _layout(inputs, outs)
-    seed = _next_seed(dev, sum(s.numel for s in out_specs)) if impl.random else (0, 0)
+    buffers, in_views, out_views = _layout(op, inputs, outs)
+    impl = plan.impl
+    seed = _next_seed(dev, plan.draws) if impl.random else (0, 0)
     dev.enqueue(Command(op, _execute, buffers,
                         {"impl": impl, "in_views": in_views, "out_views": out_views, "in_specs": specs,
-                         "attrs": attrs, "numerics": num, "out_specs": out_specs, "seed": seed}, est), stream)
+                         "attrs": bound, "numerics": plan.numerics, "out_specs": out_specs, "seed": seed},
+                        plan.estimate_ns), stream)
     return outs
 
 
-def _layout(inputs: Sequence[Operand], outs: Sequence[DeviceTensor]) -> tuple[tuple, list, list]:
-    """The distinct buffers a command uses, and each operand as (buffer index, view) or a constant."""
-    index: dict[int, int] = {}
+def _check_devices(op: str, inputs: Sequence[Operand], out: Sequence[DeviceTensor] | None, dev: Device) -> None:
+    for t in (*inputs, *(out or ())):
+        if isinstance(t, DeviceTensor) and t.buffer.device is not dev:
+            raise ShapeError(f"{op}: expected all tensors on chip {dev.chip_id}, but found one on chip "
+                             f"{t.buffer.device.chip_id}; move it with .to() first")
+
+
+def _layout(op: str, inputs: Sequence[Operand], outs: Sequence[DeviceTensor]) -> tuple[tuple, list, list]:
+    """The distinct buffers a command uses (each checked live), and each operand as (buffer index, view) or a
+    constant."""
+    index: dict[Any, int] = {}
     buffers: list = []
-
-    def slot(t: DeviceTensor) -> int:
-        if t.buffer.id not in index:
-            t.buffer.check_live("an op operand")
-            index[t.buffer.id] = len(buffers)
-            buffers.append(t.buffer)
-        return index[t.buffer.id]
-
-    in_views = [(slot(x), x) if isinstance(x, DeviceTensor) else (None, x) for x in inputs]
-    out_views = [(slot(o), o) for o in outs]
+    in_views: list = []
+    for x in inputs:
+        if isinstance(x, DeviceTensor):
+            b = x.buffer
+            i = index.get(b)
+            if i is None:
+                b.check_live(f"{op} operand")
+                i = index[b] = len(buffers)
+                buffers.append(b)
+            in_views.append((i, x))
+        else:
+            in_views.append((None, x))
+    out_views = []
+    for o in outs:
+        b = o.buffer
+        i = index.get(b)
+        if i is None:
+            b.check_live(f"{op} operand")
+            i = index[b] = len(buffers)
+            buffers.append(b)
+        out_views.append((i, o))
     return tuple(buffers), in_views, out_views
 
 

@@ -271,4 +271,23 @@ int ktt_torch_adopt_storage(void* impl, void* storage) {
   }
 }
 int64_t ktt_torch_current_stream(int device) { return g_stream[device]; }
+
+// Gives the fresh tensor `impl` (a TensorImpl*) a new storage of `nbytes` over device memory `ptr` on tt:<device>,
+// which the caller allocated (its death reaches Python like any tt storage's: see delete_tt), then sizes and strides
+// (`dims`: ndim sizes, then ndim strides) at storage offset 0. The fast way to make an op's output: no allocator
+// callback, no Python storage object. Returns 0, or -1 when the tensor refuses (nothing is taken over then).
+int ktt_torch_set_buffer(void* impl, int64_t ptr, int64_t nbytes, int device, int64_t ndim, const int64_t* dims) {
+  try {
+    auto* t = static_cast<c10::TensorImpl*>(impl);
+    c10::Device dev(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device));
+    void* p = reinterpret_cast<void*>(ptr);
+    c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(nbytes),
+                         c10::DataPtr(p, p, &delete_tt, dev), &g_allocator, /*resizable=*/true);
+    t->set_storage_keep_dtype(std::move(storage));
+    t->set_sizes_and_strides(c10::IntArrayRef(dims, ndim), c10::IntArrayRef(dims + ndim, ndim), 0);
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
 }

@@ -7,6 +7,7 @@ renderer's compile hook is installed and ``Tensor.rand`` learns to draw on the c
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ from typing import Any
 
 from kohakutt.errors import ConfigError
 from kohakutt.frontends.tinygrad.counters import HostFallbackWarning, reset, stats
+from kohakutt.frontends.tinygrad.interop import from_torch, to_torch
 from kohakutt.ir.numerics import Fidelity, Numerics
 from kohakutt.ir.numerics import numerics as _numerics
 
@@ -51,14 +53,23 @@ def fidelity_of(value: Fidelity | str | int) -> Fidelity:
 
 @contextmanager
 def numerics(
-    fidelity: Fidelity | str | int | None = None, fp32_acc: bool | None = None, approx: bool | None = None
+    fidelity: Fidelity | str | int | None = None,
+    fp32_acc: bool | None = None,
+    approx: bool | None = None,
+    fp32_matmul: str | None = None,
 ) -> Iterator[Numerics]:
     """Kernels run inside the block take these settings (matmul fidelity above all): ``fidelity`` as TT-NN numbers
-    it (0 LoFi, 2 HiFi2, 3 HiFi3, 4 HiFi4) or by name. tinygrad is lazy, so the scope applies to the kernels
-    realized inside it (``.item()``, ``.numpy()``, ``.realize()``); a TinyJit replay keeps the settings of its
-    capture."""
-    with _numerics(None if fidelity is None else fidelity_of(fidelity), fp32_acc, approx) as n:
-        yield n
+    it (0 LoFi, 2 HiFi2, 3 HiFi3, 4 HiFi4) or by name; ``fp32_matmul`` how float32 matmuls run: ``"card"`` (one
+    matmul on TF32 operands, about 1e-3 relative; the default, ``KTT_TINYGRAD_FP32_MATMUL``) or ``"split"`` (six
+    matmuls on bf16-split operands at HiFi4, float32 accuracy; the fidelity does not apply to them). tinygrad is
+    lazy, so the scope applies to the kernels realized inside it (``.item()``, ``.numpy()``, ``.realize()``); a
+    TinyJit replay keeps the settings of its capture."""
+    from kohakutt.frontends.tinygrad.execute import fp32_matmul as _fp32_matmul
+
+    with contextlib.ExitStack() as stack:
+        if fp32_matmul is not None:
+            stack.enter_context(_fp32_matmul(fp32_matmul))
+        yield stack.enter_context(_numerics(None if fidelity is None else fidelity_of(fidelity), fp32_acc, approx))
 
 
 def device_of(chip: int = 0) -> Any:
@@ -69,4 +80,7 @@ def device_of(chip: int = 0) -> Any:
     return Device[DEVICE if chip == 0 else f"{DEVICE}:{chip}"]
 
 
-__all__ = ["DEVICE", "HostFallbackWarning", "device_of", "fidelity_of", "numerics", "register", "reset", "stats"]
+__all__ = [
+    "DEVICE", "HostFallbackWarning", "device_of", "fidelity_of", "from_torch", "numerics", "register", "reset", "stats",
+    "to_torch",
+]  # fmt: skip

@@ -21,6 +21,14 @@ _counts: Counter[str] = Counter()
 _host: Counter[str] = Counter()
 _ops: Counter[str] = Counter()
 _warned: set[str] = set()
+_replay_host_s = 0.0
+
+
+def replay_host(seconds: float) -> None:
+    """Add the host time one TinyJit graph replay took to queue."""
+    global _replay_host_s
+    with _lock:
+        _replay_host_s += seconds
 
 
 def count(name: str, n: int = 1) -> None:
@@ -50,7 +58,8 @@ def host_run(kind: str, detail: str) -> None:
 
 def stats() -> dict[str, Any]:
     """Counters since the process started (or the last :func:`reset`): kernels run on the card (``tile_kernels``),
-    on the host by reason (``host_kernels``), matmuls, gathers, IR ops by name, graph (TinyJit) replays."""
+    on the host by reason (``host_kernels``), matmuls, gathers, IR ops by name, graph (TinyJit) replays, their
+    kernels, and the host seconds those replays took to queue (``graph_replay_host_s``, the JIT's fixed cost)."""
     with _lock:
         return {
             "tile_kernels": _counts["tile_kernels"],
@@ -58,16 +67,20 @@ def stats() -> dict[str, Any]:
             "host_kernels": dict(_host),
             "host_total": sum(_host.values()),
             "matmuls": _counts["matmuls"],
+            "split_matmuls": _counts["split_matmuls"],
             "gathers": _counts["gathers"],
             "graph_replays": _counts["graph_replays"],
             "graph_kernels": _counts["graph_kernels"],
+            "graph_replay_host_s": _replay_host_s,
             "ir_ops": dict(_ops),
         }
 
 
 def reset() -> None:
     """Zero the counters (the once-per-kind warnings stay given)."""
+    global _replay_host_s
     with _lock:
+        _replay_host_s = 0.0
         _counts.clear()
         _host.clear()
         _ops.clear()

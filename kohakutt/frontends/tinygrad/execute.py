@@ -9,18 +9,22 @@ buffers, the others gathers with an uploaded index list. Each call then queues t
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from kohakutt import config
 from kohakutt import kernels as kk
-from kohakutt.errors import BufferUseError
+from kohakutt.errors import BufferUseError, ConfigError
 from kohakutt.frontends.tinygrad import counters as stats
 from kohakutt.frontends.tinygrad.translate import Node, TileProgram, affine, evaluate_static
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.device import Device
 from kohakutt.ir.dtypes import DType
+from kohakutt.ir.numerics import Fidelity, numerics
 from kohakutt.ir.ops import TensorSpec
 from kohakutt.kernels.tensor import DeviceTensor, contiguous_strides
 
@@ -32,15 +36,40 @@ _DT = {
     "index": DType.INT32,
 }
 _NP = {"float32": np.float32, "bfloat16": np.float32, "int32": np.int32, "bool": np.bool_, "index": np.int32}
+FP32_MATMUL_MODES = ("card", "split")
+_scope = threading.local()
+
+
+def fp32_matmul_mode() -> str:
+    """How float32 matmuls run here and now: the innermost :func:`fp32_matmul` scope, else
+    ``KTT_TINYGRAD_FP32_MATMUL``."""
+    stack = getattr(_scope, "stack", None)
+    return stack[-1] if stack else str(config.get("KTT_TINYGRAD_FP32_MATMUL"))
+
+
+@contextmanager
+def fp32_matmul(mode: str) -> Iterator[None]:
+    """Run float32 matmuls queued inside as ``mode``: ``card`` (one matmul on TF32 operands) or ``split``."""
+    if mode not in FP32_MATMUL_MODES:
+        raise ConfigError(f"fp32_matmul={mode!r}: use 'card' (one matmul, TF32 operands) or 'split' (six matmuls)")
+    stack = getattr(_scope, "stack", None)
+    if stack is None:
+        stack = _scope.stack = []
+    stack.append(mode)
+    try:
+        yield
+    finally:
+        stack.pop()
 
 
 class KTTBuffer:
     """What the KTT allocator hands tinygrad: ``nbytes`` bytes of a hal buffer from byte ``offset``."""
 
-    __slots__ = ("__weakref__", "buf", "nbytes", "offset", "owned")
+    __slots__ = ("__weakref__", "buf", "keepalive", "nbytes", "offset", "owned")
 
     def __init__(self, buf: Buffer, offset: int, nbytes: int, owned: bool):
         self.buf, self.offset, self.nbytes, self.owned = buf, offset, nbytes, owned
+        self.keepalive: object = None  # what owns the memory of a borrowed buffer (a torch tensor for from_blob)
 
     def view(self, nbytes: int, offset: int) -> KTTBuffer:
         return KTTBuffer(self.buf, self.offset + offset, nbytes, False)
@@ -120,6 +149,8 @@ class _Call:
 
     def alu(self, n: Node, xs: list[Any]) -> Any:
         op = n.args[0]
+        if any(isinstance(x, DeviceTensor) and x.dtype is DType.INT32 for x in xs):  # a weak int takes int32's range
+            xs = [(x + 2**31) % 2**32 - 2**31 if type(x) is int else x for x in xs]
         bools = all(not isinstance(x, DeviceTensor) or x.dtype is DType.BOOL for x in xs)
         if op == "maximum" and bools:
             op = "logical_or"
@@ -142,9 +173,9 @@ class _Call:
                 x = self.run(
                     "any" if op == "max" else "all" if op == "prod" else "sum", [x], {"dims": present, "keepdim": True}
                 )
-            elif op == "sum" and x.dtype is DType.FLOAT32:
+            elif op in ("sum", "prod") and x.dtype is DType.FLOAT32:
                 for d in present:
-                    x = self.tree_sum(x, d)
+                    x = self.tree(x, d, "add" if op == "sum" else "mul")
             elif op == "max" and x.dtype.is_float:
                 # the SFPU compare path keeps max values exact (tinygrad's argmax tests x == max); the FPU reduce
                 # would cut float32 values to TF32 first
@@ -158,10 +189,10 @@ class _Call:
             x = self.run("pow", [x, absent])
         return self.cast(x, n.dtype)
 
-    def tree_sum(self, x: DeviceTensor, d: int) -> DeviceTensor:
-        """The sum of ``x`` over dim ``d`` as a pairwise tree of SFPU float32 adds (each add rounded once), Kohaku-TT's
-        own reduction: TT-NN's FPU reduce would cut every float32 term to TF32 first, and tinygrad sums one-hot
-        products for its gathers, which must stay exact."""
+    def tree(self, x: DeviceTensor, d: int, op: str) -> DeviceTensor:
+        """The sum (``op="add"``) or product (``"mul"``) of ``x`` over dim ``d`` as a pairwise tree of SFPU float32
+        ops (each rounded once), Kohaku-TT's own reduction: TT-NN's FPU reduce and product would cut every float32
+        term to TF32 first, and tinygrad sums one-hot products for its gathers, which must stay exact."""
         while x.shape[d] > 1:
             n, st = x.shape[d], list(_strides(x))
             half = n // 2
@@ -169,7 +200,7 @@ class _Call:
             shape[d] = half
             lo = _view(x, shape, st)
             hi = _view(x, shape, st, x.offset + half * st[d])
-            y = self.run("add", [lo, hi])
+            y = self.run(op, [lo, hi])
             if n % 2:
                 shape[d] = 1
                 y = self.run("concat", [y, _view(x, shape, st, x.offset + (n - 1) * st[d])], {"dim": d})
@@ -207,7 +238,8 @@ class _Call:
         if a3.shape[0] == 1:
             a3 = _view(a3, a3.shape[1:], _strides(a3)[1:])
             b3 = _view(b3, b3.shape[1:], _strides(b3)[1:])
-        c = self.run("matmul", [a3, b3])
+        split = a3.dtype is b3.dtype is DType.FLOAT32 and fp32_matmul_mode() == "split"
+        c = self.split_matmul(a3, b3) if split else self.run("matmul", [a3, b3])
         sizes = self.r.prog.sizes
         order = [*batch, *m, *nn]
         cst = contiguous_strides([sizes[x] for x in order])
@@ -215,6 +247,33 @@ class _Call:
         shape = self.r.prog.shape(frozenset(order))
         c = _view(c, shape, [where.get(j, 0) for j in range(len(sizes))])
         return self.cast(c, n.dtype)
+
+    def split_matmul(self, a: DeviceTensor, b: DeviceTensor) -> DeviceTensor:
+        """``a @ b`` for float32 operands to float32 accuracy on the matrix engine: each operand is split into three
+        bf16-exact parts (x = x0 + x1 + x2, by exact SFPU subtractions of bf16 roundings), which the unpacker passes
+        unchanged, and six matmuls at HiFi4 into an fp32 DST sum every product above 2^-24 of ``|a| |b|``, smallest
+        first. Inf and NaN stay in the leading parts' product, so they come out as one card matmul gives them."""
+        stats.count("split_matmuls")
+
+        def finite(x: DeviceTensor) -> DeviceTensor:
+            return self.run("where", [self.run("isfinite", [x]), x, 0.0])
+
+        def bf16(x: DeviceTensor) -> DeviceTensor:
+            return self.run("typecast", [self.run("typecast", [x], {"dtype": "bfloat16"})], {"dtype": "float32"})
+
+        def parts(x: DeviceTensor) -> tuple[DeviceTensor, DeviceTensor, DeviceTensor, DeviceTensor]:
+            x0 = bf16(x)
+            rest = finite(self.run("sub", [x, x0]))
+            x1 = bf16(rest)
+            return x0, finite(x0), x1, self.run("sub", [rest, x1])
+
+        (a0, a0f, a1, a2), (b0, b0f, b1, b2) = parts(a), parts(b)
+        with numerics(fidelity=Fidelity.HiFi4, fp32_acc=True):
+            terms = [(a2, b0f), (a1, b1), (a0f, b2), (a1, b0f), (a0f, b1), (a0, b0)]  # 2^-16, 2^-16, ..., 1
+            out = self.run("matmul", list(terms[0]))
+            for x, y in terms[1:]:
+                out = self.run("add", [out, self.run("matmul", [x, y])])
+            return out
 
     def store(self, i: int, n: Node, v: Any) -> None:
         kb, base, _ = self.param(n.args[0], n.dtype)

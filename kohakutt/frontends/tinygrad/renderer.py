@@ -71,6 +71,11 @@ def compile_ast(ast: UOp, renderer: KTTRenderer) -> UOp:
     sink = graph_rewrite(ast, codegen.multi_pm, name="multi_pm")
     sink = graph_rewrite(sink, codegen.pm_mops, name="early movement ops", bottom_up=True)
     name = getattr(ast.arg, "name", "") or ""
+    if not name.startswith(RANDOM_KERNEL):
+        # as tinygrad lowers: a one-hot sum that indexes a tensor by another becomes a load (a gather), and tinygrad's
+        # algebra applies (x*(1/(1+x)) -> 1-1/(1+x) keeps an Inf from turning into NaN)
+        sink = graph_rewrite(sink, codegen.pm_load_collapse, name="ktt load collapse")
+        sink = graph_rewrite(sink, codegen.sym + codegen.pm_flatten_range, name="ktt symbolic")
     try:
         if name.startswith(RANDOM_KERNEL):
             prog, kind = translate.uniform_program(sink), RANDOM

@@ -206,7 +206,8 @@ class _Builder:
         if op is Ops.CONST:
             if u.arg is Invalid:
                 raise NoTileForm("op:Invalid", "an Invalid value outside an index")
-            return self._add(u, Node("const", _scalar_dtype(u.dtype), (_py(u.arg),), static=True))
+            dt = _scalar_dtype(u.dtype)
+            return self._add(u, Node("const", dt, (_py(u.arg, dt),), static=True))
         if op is Ops.RANGE:
             return self._add(u, Node("range", "index", (self.ranges[u],), (), frozenset({self.ranges[u]}), True))
         dt = dtype_name(u.dtype) if u.dtype != dtypes.void else "void"
@@ -269,9 +270,13 @@ def _scalar_dtype(dt: TGDType) -> str:
     return dtype_name(dt)
 
 
-def _py(v: Any) -> Any:
-    if isinstance(v, bool | int):
+def _py(v: Any, dtype: str = "") -> Any:
+    """A constant as a Python number; an int32 one wrapped into its range as the dtype stores it (``0xFFFFFFFF`` is
+    -1)."""
+    if isinstance(v, bool):
         return v
+    if isinstance(v, int):
+        return (v + 2**31) % 2**32 - 2**31 if dtype == "int32" else v
     return float(v)
 
 

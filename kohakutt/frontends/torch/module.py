@@ -193,7 +193,9 @@ def reset_peak_memory_stats(device: torch.device | str | int | None = None) -> N
 
 
 def empty_cache() -> None:
-    """Nothing to do: freed buffers return to the allocator as soon as the stream passes them."""
+    """Give the memory of freed storages, kept for reuse by the caching allocator, back to each chip's allocator
+    (after the work still queued on it): ``memory_reserved`` drops to what live tensors hold."""
+    runtime.empty_cache()
 
 
 def mem_get_info(device: torch.device | str | int | None = None) -> tuple[int, int]:

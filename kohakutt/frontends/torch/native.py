@@ -120,7 +120,7 @@ def load() -> ctypes.CDLL:
     """The glue library (built on first use), with its functions' signatures set."""
     path = build(config.cache_dir() / "torch", find_compiler(config.get("KTT_CXX")))
     try:
-        lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        lib = ctypes.PyDLL(str(path), mode=ctypes.RTLD_GLOBAL)  # keeps the GIL: calls are short
     except OSError as e:
         raise TorchGlueError(f"cannot load the torch glue {path}: {e}; delete that folder to rebuild it") from e
     lib.ktt_torch_install.argtypes = [CALLBACK]
@@ -137,4 +137,7 @@ def load() -> ctypes.CDLL:
     lib.ktt_torch_pending_frees.restype = ctypes.c_int64
     lib.ktt_torch_take_frees.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
     lib.ktt_torch_take_frees.restype = ctypes.c_int64
+    lib.ktt_torch_set_buffer.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int64,
+                                         ctypes.POINTER(ctypes.c_int64)]
+    lib.ktt_torch_set_buffer.restype = ctypes.c_int
     return lib

@@ -16,8 +16,9 @@ import threading
 import traceback
 from typing import Any
 
+import torch
 from kohakutt import hal
-from kohakutt.errors import BufferUseError, DeviceError
+from kohakutt.errors import BufferUseError, DeviceError, OutOfMemoryError
 from kohakutt.frontends.torch import native
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.device import Device
@@ -112,11 +113,33 @@ def adopt_storage(t: Any, storage: Any) -> None:
 
 
 def _alloc(index: int, nbytes: int) -> int:
+    """Device memory for a new storage of ``nbytes`` on ``tt:<index>``: its data pointer. The memory comes from the
+    HAL's caching allocator, ordered on the current stream (the storage's free goes there too)."""
     dev = device(index)
-    buf = dev.allocate(nbytes)
+    stream = current_stream(index)
+    buf = dev.allocate(nbytes, cached=True, stream=stream)
     _buffers[buf.data_ptr] = buf
-    _alloc_streams[buf.data_ptr] = current_stream(index)
+    _alloc_streams[buf.data_ptr] = stream
     return buf.data_ptr
+
+
+def dims(size: list[int], stride: list[int]) -> Any:
+    """``size`` then ``stride`` as the int64 array :func:`give_storage` takes."""
+    return (ctypes.c_int64 * (2 * len(size)))(*size, *stride)
+
+
+def give_storage(t: Any, nbytes: int, index: int, ndim: int, sizes_strides: Any) -> None:
+    """Give the fresh tensor ``t`` a new storage of ``nbytes`` on ``tt:<index>`` and the sizes and strides in
+    ``sizes_strides`` (from :func:`dims`; ``ndim`` of each): what ``torch.UntypedStorage`` and ``set_`` do, without
+    the allocator callback (the output of every op comes here)."""
+    try:
+        ptr = _alloc(index, nbytes) if nbytes else 0
+    except OutOfMemoryError as e:  # what torch raises for a device allocation that does not fit
+        raise torch.OutOfMemoryError(f"{type(e).__name__}: {e}") from e
+    if _lib.ktt_torch_set_buffer(t._cdata, ptr, nbytes, index, ndim, sizes_strides) != 0:
+        if ptr:
+            _free(ptr)
+        raise DeviceError(f"cannot give a new tt:{index} storage to a {t.device} tensor")
 
 
 def _free(ptr: int) -> None:
@@ -125,6 +148,14 @@ def _free(ptr: int) -> None:
     if buf is None or not buf.is_live or buf.device.closed:
         return
     buf.device.free(buf, stream or current_stream(buf.device.chip_id))
+
+
+def empty_cache() -> None:
+    """Release the cached blocks of every open chip (``torch.tt.empty_cache``), the storages torch let go of first."""
+    drain_frees()
+    for dev in list(_devices.values()):
+        if not dev.closed:
+            dev.empty_cache()
 
 
 def drain_frees() -> None:
@@ -218,7 +249,7 @@ def _dispatch(op: int, a: int, b: int, c: int, d: int) -> int:
     elif op == RESET_PEAK:
         device(a).allocator.reset_peak()
     elif op == EMPTY_CACHE:
-        pass  # no cache: freed buffers go straight back to the allocator
+        empty_cache()
     elif op == MEMORY_INFO:
         st = device(a).memory_stats()
         return st["dram.free_bytes"] if b == 0 else st["dram.capacity_bytes"]

@@ -8,10 +8,12 @@ Views made by PyTorch share the buffer, so in-place writes through a view land i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from kohakutt.errors import DtypeError
 from kohakutt.frontends.torch import runtime
+from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.device import Device
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.ops import TensorSpec
@@ -29,9 +31,9 @@ TO_IR: dict[torch.dtype, DType] = {
 }
 FROM_IR: dict[DType, torch.dtype] = {v: k for k, v in TO_IR.items()}
 
-_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-_set_storage = torch.ops.aten.set_.source_Storage_storage_offset
 _empty_tensor = torch._C._acc.create_empty_tensor
+_NO_SIZE = [0]
+_new_device_tensor = object.__new__
 _EMPTY: dict[int, DeviceTensor] = {}  # chip -> a one-word buffer standing in for zero-byte storages
 
 
@@ -62,20 +64,31 @@ def index_of(device: torch.device | str | int | None) -> int:
 
 
 def new(size: Sequence[int], stride: Sequence[int] | None, dtype: torch.dtype, index: int) -> torch.Tensor:
-    """An uninitialised tt tensor (zeros on the simulator) of ``size`` and ``stride`` on ``tt:<index>``."""
-    check_dtype(dtype)
+    """An uninitialised tt tensor of ``size`` and ``stride`` on ``tt:<index>`` (its memory may be a cached block
+    holding an earlier tensor's values, as on the card; fresh memory is zeros on the simulator)."""
+    if dtype not in TO_IR:
+        check_dtype(dtype)
     size = [int(s) for s in size]
     if stride is None:
         stride, acc = [0] * len(size), 1
         for i in range(len(size) - 1, -1, -1):
             stride[i] = acc
             acc *= max(size[i], 1)
-    span = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
-    storage = torch.UntypedStorage(span * dtype.itemsize, device=torch.device("tt", index))
-    t = _empty_tensor([0], dtype)
-    if index != 0:  # torch's helper makes the tensor on tt:0: move it to the storage's chip first
-        runtime.adopt_storage(t, storage)
-    _set_storage.redispatch(_CPU, t, storage, 0, size, list(stride))
+    else:
+        stride = [int(s) for s in stride]
+    return new_storage(len(size), runtime.dims(size, stride), dtype, nbytes_of(size, stride, dtype), index)
+
+
+def nbytes_of(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> int:
+    """Bytes a storage needs for a tensor of ``size`` and ``stride`` at offset 0."""
+    return (1 + sum((s - 1) * st for s, st in zip(size, stride))) * dtype.itemsize if all(size) else 0
+
+
+def new_storage(ndim: int, dims: Any, dtype: torch.dtype, nbytes: int, index: int) -> torch.Tensor:
+    """:func:`new` with everything worked out: sizes and strides as ``runtime.dims(size, stride)`` (``ndim`` each),
+    a dtype the card holds and the storage's ``nbytes`` (:func:`nbytes_of`). The path of every op's output."""
+    t = _empty_tensor(_NO_SIZE, dtype)
+    runtime.give_storage(t, nbytes, index, ndim, dims)
     return t
 
 
@@ -88,8 +101,37 @@ def device_of(t: torch.Tensor) -> Device:
     return runtime.device(t.device.index or 0)
 
 
+_SPECS: dict[tuple, TensorSpec] = {}  # (shape, dtype) -> its spec: specs are frozen, and cost more to make than find
+
+
+def tt_view(t: torch.Tensor) -> DeviceTensor | None:
+    """:func:`to_device_tensor` for a tensor whose storage is a live tt buffer (the common case), else None. A
+    storage's data pointer names its buffer: tt addresses are never reused and lie above any host address."""
+    buf = runtime._buffers.get(t.untyped_storage().data_ptr())
+    if buf is None or buf._state != "live" or buf.device._closed:
+        return None
+    shape, tdt = t.shape, t.dtype
+    spec = _SPECS.get((shape, tdt))
+    if spec is None:
+        if len(_SPECS) >= 4096:
+            _SPECS.clear()
+        spec = _SPECS[(shape, tdt)] = TensorSpec(tuple(shape), TO_IR.get(tdt) or check_dtype(tdt))
+    return view(buf, spec, t.stride(), t.storage_offset())
+
+
+def view(buf: Buffer, spec: TensorSpec, strides: tuple[int, ...], offset: int) -> DeviceTensor:
+    """``DeviceTensor(buf, spec, strides, offset)`` for a row-major ``spec`` of a dtype a tt tensor holds, made
+    without its checks (they hold for every such view: only tile-layout and block-float tensors are refused)."""
+    t = _new_device_tensor(DeviceTensor)
+    t.buffer, t.spec, t.strides, t.offset = buf, spec, strides, offset
+    return t
+
+
 def to_device_tensor(t: torch.Tensor) -> DeviceTensor:
     """``t`` as the op library's view of its storage's buffer."""
+    fast = tt_view(t)
+    if fast is not None:
+        return fast
     dtype = check_dtype(t.dtype)
     ptr = t.untyped_storage().data_ptr()
     spec = TensorSpec(tuple(t.shape), dtype)

@@ -20,7 +20,7 @@ from tinygrad import Context, Device, Tensor, dtypes  # noqa: E402
 
 import kohakutt.tinygrad as ktg  # noqa: E402
 from kohakutt import hal  # noqa: E402
-from kohakutt.errors import DtypeError  # noqa: E402
+from kohakutt.errors import ConfigError, DtypeError  # noqa: E402
 from kohakutt.frontends.tinygrad import counters  # noqa: E402
 
 TF32 = 2.0**-10
@@ -213,6 +213,23 @@ def test_other_dtypes_run_on_the_host_counted_and_warned_once(monkeypatch):
     assert counters.stats()["host_kernels"]["dtype:half"] == before + 2
 
 
+@pytest.mark.parametrize(
+    "dtype, kind", [(dtypes.int8, "dtype:char"), (dtypes.uint8, "dtype:uchar"), (dtypes.int64, "dtype:long")]
+)
+def test_other_integers_and_stored_bools_are_counted_by_dtype(dtype, kind):
+    before = counters.stats()["host_kernels"]
+    x = np.array([1, -2, 3], np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ktg.HostFallbackWarning)
+        got = (Tensor(x, dtype=dtype, device="KTT") * 3).numpy()
+        mask = (ktt(x.astype(np.float32)) < 0).numpy()  # a stored bool
+    np.testing.assert_array_equal(got, (x * 3).astype(got.dtype))
+    np.testing.assert_array_equal(mask, x < 0)
+    after = counters.stats()["host_kernels"]
+    assert after.get(kind, 0) > before.get(kind, 0)
+    assert after.get("dtype:bool", 0) > before.get("dtype:bool", 0)
+
+
 def test_dtype_policy_error_raises(knobs):
     knobs(KTT_TINYGRAD_DTYPES="error")
     with pytest.raises(DtypeError, match="KTT_TINYGRAD_DTYPES"):
@@ -234,3 +251,29 @@ def test_compile_in_worker_processes():
         Tensor.realize(p, q)
     close(p.numpy(), np.exp2(a.astype(np.float64) * 3 + 0.25), 16 * TF32)
     close(q.numpy(), np.ones(4) * 3, 4 * TF32)
+
+
+def test_split_fp32_matmul_is_near_fp32(knobs):
+    """``split``: three bf16-exact parts per operand pass the unpacker unchanged, their products are exact at HiFi4,
+    and the dropped cross terms are below 2^-24 of |a||b| each; with fp32 accumulation (about sqrt(K) * 2^-24) the
+    error stays below 2^-20 of sum |a||b|, where one card matmul is off by up to 2^-10."""
+    g = rng(8)
+    a, b = g.uniform(-2, 2, (9, 65)).astype(np.float32), g.uniform(-2, 2, (65, 7)).astype(np.float32)
+    ref = a.astype(np.float64) @ b
+    scale = np.abs(a).astype(np.float64) @ np.abs(b)
+    errs = {}
+    before = counters.stats()["split_matmuls"]
+    for mode in ("card", "split"):
+        with ktg.numerics(fp32_matmul=mode):
+            errs[mode] = float((np.abs((ktt(a) @ ktt(b)).numpy() - ref) / scale).max())
+    assert counters.stats()["split_matmuls"] == before + 1
+    assert errs["split"] < 2.0**-20 < 2.0**-13 < errs["card"] < 2 * TF32
+    knobs(KTT_TINYGRAD_FP32_MATMUL="split")  # the knob sets the default; Inf and NaN come out as NumPy's
+    a[0, 3], a[1, 5] = np.inf, np.nan
+    with np.errstate(invalid="ignore"):
+        got, ref = (ktt(a) @ ktt(b)).numpy(), a.astype(np.float64) @ b
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(ref))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    close(got[2:], ref[2:], 2.0**-20, scale=float(scale.max()))
+    with pytest.raises(ConfigError, match="fp32_matmul"), ktg.numerics(fp32_matmul="exact"):
+        pass

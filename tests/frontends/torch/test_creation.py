@@ -9,7 +9,10 @@ against the exact rational value: within half an ulp in float32. bfloat16 result
 vectorized path rounds twice), so against the CPU the bound is two float32 ulps of max(|start|, |end|) (its
 intermediate is rounded at that magnitude, which dwarfs the ulp of a result near zero). ``logspace`` is base ** x on
 the SFPU: the fp32 exponent carries |ln(base) * x| * 2^-24 of relative error into the result, the SFPU power a few
-ulp more (rtol = (|ln(base) * x| + 4) * 2^-24).
+ulp more (rtol = (|ln(base) * x| + 4) * 2^-24). ``kaiser_window`` evaluates I0 at beta * sqrt(1 - r^2) in fp32: about
+five roundings of the argument, which I0 turns into at most beta * 5 * 2^-24 relative (|I0'/I0| < 1) -- under 2^-17
+for beta <= 20 --, plus I0's own error (2^-17, see test_pointwise.py) for the window and for the peak it divides
+by: rtol = 2^-15.
 """
 
 from __future__ import annotations
@@ -192,3 +195,13 @@ def test_triangle_indices(op):
 def test_full_refuses_sparse_layout():
     with pytest.raises(RuntimeError, match="sparse"):
         torch.full((2,), 1.0, layout=torch.sparse_coo, device=DEV)
+
+
+@pytest.mark.parametrize("args", [(10,), (10, False), (7, True, 5.0), (33, False, 20.0), (1,), (0,)])
+def test_kaiser_window(args):
+    got = torch.kaiser_window(*args, device=DEV)
+    assert got.device.type == "tt" and got.dtype == torch.float32
+    ref = torch.kaiser_window(*args, dtype=torch.float64)
+    assert got.shape == ref.shape
+    assert torch.allclose(got.cpu().double(), ref, rtol=2.0**-15, atol=0), (got.cpu(), ref)
+    assert torch.kaiser_window(5, device=DEV, dtype=torch.bfloat16).dtype == torch.bfloat16

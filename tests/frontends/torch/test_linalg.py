@@ -188,3 +188,74 @@ def test_linear_matmul_gradients():
     mag = once("cpu", torch.float64, absolute=True)
     for a, r, s, n in zip(tt, ref, mag, ("y", "x", "w", "bias", "m")):
         within(a, r, 2 * TF32 * s + 1e-5, f"grad {n}")  # two chained products, each within TF32 of its magnitude
+
+
+# -------------------------------------------------------------------------------------------------- distances
+# The p-norm distances sum non-negative fp32 terms on the reduce unit (SrcA keeps 10 significant bits: within 2^-9 of
+# the sum, which is S here) after exact differences and an fp32 power (a few fp32 roundings), then take the 1/p-th
+# power, which divides the relative error by p: ``(2^-9 + 2^-20) / p`` relative (p = 0 counts and p = inf maxima are
+# exact). bfloat16 inputs are exact in fp32; the result is rounded once more into bf16 (2^-8). Their gradients sum
+# signed terms g * (|diff| / dist)^(p - 1) over the other set's rows (each within 2^-9 + (p - 1) / p * 2^-9 from
+# the distance's error) on the reduce unit (2^-9 of the sum of magnitudes): within ``3 * 2^-9 * S``, S the sum of
+# the terms' magnitudes (bfloat16: 2^-8 more, the gradient's rounding).
+DIST_P = [0.0, 0.5, 1.0, 2.0, 3.0, math.inf]
+
+
+def _dist_bound(p: float, dtype: torch.dtype) -> float:
+    rel = 0.0 if p == 0 or math.isinf(p) else (2.0**-9 + 2.0**-20) / p
+    return rel + (2.0**-8 if dtype == torch.bfloat16 else 0.0)
+
+
+def _grad_magnitudes(x1: torch.Tensor, x2: torch.Tensor, g: torch.Tensor, p: float):
+    """S for the gradients of x1 and x2: sums over the other set of |g| * (|diff| / dist)^(p - 1) (1 for p = 1 and
+    p = inf, where the terms are |g| times a sign), zero distances and differences left out as PyTorch does."""
+    diff = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()
+    dist = torch.cdist(x1, x2, p=p).unsqueeze(-1)
+    ratio = torch.ones_like(diff) if p == 1 or math.isinf(p) else (diff / dist).pow(p - 1)
+    terms = torch.where((dist == 0) | (diff == 0), 0.0, ratio) * g.abs().unsqueeze(-1)
+    return terms.sum(-2), terms.sum(-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", DIST_P)
+def test_cdist_pdist_forward_backward(p, dtype):
+    x1, x2 = randn(2, 6, 5, seed=40, dtype=dtype), randn(2, 7, 5, seed=41, dtype=dtype)
+    x2[0, 0] = x1[0, 0]  # a zero distance: no gradient through it
+    r1, r2 = x1.double().requires_grad_(), x2.double().requires_grad_()
+    ref = torch.cdist(r1, r2, p=p)
+    g = randn(*ref.shape, seed=42, dtype=dtype)
+    ref.backward(g.double())
+    t1, t2 = x1.to(DEV).requires_grad_(), x2.to(DEV).requires_grad_()
+    got = torch.cdist(t1, t2, p=p)
+    assert got.dtype == dtype
+    within(got, ref, _dist_bound(p, dtype) * ref.abs() + 1e-6, f"cdist p={p}")
+    got.backward(g.to(DEV))
+    grad_tol = 3 * 2.0**-9 + (2.0**-8 if dtype == torch.bfloat16 else 0.0)
+    s1, s2 = _grad_magnitudes(x1.double(), x2.double(), g.double(), p)
+    within(t1.grad, r1.grad, grad_tol * s1 + 1e-6, "cdist x1 gradient")
+    within(t2.grad, r2.grad, grad_tol * s2 + 1e-6, "cdist x2 gradient")
+    x = randn(8, 3, seed=43, dtype=dtype)
+    r = x.double().requires_grad_()
+    ref = F.pdist(r, p=p)
+    gp = randn(*ref.shape, seed=44, dtype=dtype)
+    ref.backward(gp.double())
+    t = x.to(DEV).requires_grad_()
+    got = F.pdist(t, p=p)
+    within(got, ref, _dist_bound(p, dtype) * ref.abs() + 1e-6, f"pdist p={p}")
+    got.backward(gp.to(DEV))
+    full = torch.zeros(8, 8, dtype=torch.float64)
+    full[tuple(torch.triu_indices(8, 8, 1))] = gp.double()
+    s1, s2 = _grad_magnitudes(x.double(), x.double(), full, p)
+    within(t.grad, r.grad, grad_tol * (s1 + s2) + 1e-6, "pdist gradient")
+
+
+def test_cdist_large_and_broadcast():
+    # past 25 rows PyTorch's CPU takes the matrix-product path; tt computes from differences either way
+    x1, x2 = randn(40, 4, seed=45), randn(30, 4, seed=46)
+    within(torch.cdist(x1.to(DEV), x2.to(DEV)), torch.cdist(x1.double(), x2.double()),
+           _dist_bound(2, torch.float32) * torch.cdist(x1.double(), x2.double()), "euclidean")  # fmt: skip
+    x1, x2 = randn(3, 1, 5, 4, seed=47), randn(1, 2, 6, 4, seed=48)
+    ref = torch.cdist(x1.double(), x2.double(), p=1.0)
+    within(torch.cdist(x1.to(DEV), x2.to(DEV), p=1.0), ref, _dist_bound(1, torch.float32) * ref, "broadcast batch")
+    with pytest.raises(RuntimeError, match="non-negative"):
+        torch.cdist(x1.to(DEV), x2.to(DEV), p=-1.0)

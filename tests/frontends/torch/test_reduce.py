@@ -358,3 +358,34 @@ def test_reduction_gradients(name, fn, tol):
     yd, gd = once("cpu", torch.float64)
     within(yt, yd, tol * (yd.abs().amax() + 1), f"{name} forward")
     within(gt, gd, tol * (gd.abs().amax() + 1), f"{name} backward")
+
+
+def test_equal():
+    x = randn(3, 4, seed=50)
+    xt = x.to(DEV)
+    assert torch.equal(xt, x.clone().to(DEV))
+    y = x.clone()
+    y[2, 3] += 1
+    assert not torch.equal(xt, y.to(DEV))
+    assert not torch.equal(xt, x[:2].to(DEV)), "shapes differ"
+    nan = torch.tensor([math.nan, 1.0]).to(DEV)
+    assert not torch.equal(nan, nan), "NaN equals nothing, as on the CPU"
+    assert torch.equal(torch.empty(0, 3).to(DEV), torch.empty(0, 3).to(DEV))
+    assert torch.equal(x.t().to(DEV), x.to(DEV).t()), "strided views"
+    ints = torch.arange(6, dtype=torch.int32)
+    assert torch.equal(ints.to(DEV), ints.to(DEV)) and not torch.equal(ints.to(DEV), (ints + 1).to(DEV))
+
+
+@pytest.mark.parametrize("correction", [-1, -2.5, 0, 2])
+def test_var_std_any_correction(correction):
+    # a negative correction is the population statistic times N / (N - c): one more fp32 multiply (and a square root
+    # of the factor for std) after the SFPU's fp32 variance
+    x = randn(4, 6, seed=51)
+    for dim in (None, 1, (0, 1)):
+        for fn in (torch.var, torch.std):
+            ref = fn(x.double(), dim=dim, correction=correction)
+            within(fn(x.to(DEV), dim=dim, correction=correction), ref, FP32 * ref.abs(), f"{fn.__name__} {dim}")
+        var, mean = torch.var_mean(x.to(DEV), dim=dim, correction=correction)
+        rv, rm = torch.var_mean(x.double(), dim=dim, correction=correction)
+        within(var, rv, FP32 * rv.abs(), "var_mean")
+        within(mean, rm, FP32 * x.double().abs().mean(), "var_mean's mean")

@@ -6,7 +6,20 @@ import importlib
 
 from kohakutt.frontends.torch.aten.registry import KERNELS, AtenKernel
 
-FAMILIES = ("core", "pointwise", "reduce", "linalg", "nn", "movement", "creation", "random", "optim")
+FAMILIES = (
+    "core",
+    "pointwise",
+    "reduce",
+    "linalg",
+    "nn",
+    "movement",
+    "creation",
+    "random",
+    "optim",
+    "sampling",
+    "ctc",
+    "embedding_bag",
+)
 
 
 def all_kernels() -> dict[str, AtenKernel]:

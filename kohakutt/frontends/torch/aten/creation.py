@@ -237,3 +237,24 @@ def _triangle_kernels(op: str) -> None:
 
 _triangle_kernels("tril_indices")
 _triangle_kernels("triu_indices")
+
+
+# ---------------------------------------------------------------------------------------------------- windows
+@kernel("kaiser_window", "kaiser_window.periodic", "kaiser_window.beta", kind="composite", ir=("arange", "i0"))
+def kaiser_window(window_length: int, periodic: bool = True, beta: float = 12.0, *, dtype: torch.dtype | None = None,
+                  layout: Any = None, device: Any = None, pin_memory: bool | None = None) -> torch.Tensor:  # fmt: skip
+    """I0(beta * sqrt(1 - ((n - a) / a)^2)) / I0(beta), a = (N - 1) / 2 over N = window_length (+ 1 when
+    periodic, the last point dropped), computed in fp32 on the card (CPU's kaiser_window is a dispatch stub)."""
+    _check_layout(layout, "kaiser_window")
+    dtype = dtype or torch.get_default_dtype()
+    if not dtype.is_floating_point:
+        raise RuntimeError(f"kaiser_window expects floating point dtypes, got: {dtype}")
+    index = tensors.index_of(device)
+    if window_length <= 1:
+        return torch.ones(max(window_length, 0), dtype=dtype, device=torch.device("tt", index))
+    n = window_length + 1 if periodic else window_length
+    alpha = (n - 1) / 2.0
+    on = torch.device("tt", index)
+    ramp = (torch.arange(window_length, dtype=torch.float32, device=on) - alpha) / alpha
+    peak = torch.i0(torch.full((), beta, dtype=torch.float32, device=on))
+    return (torch.i0(beta * torch.sqrt((1 - ramp * ramp).clamp_min(0))) / peak).to(dtype)

@@ -7,10 +7,12 @@ Each aten op maps to one IR op. Inputs are cast on the device to the dtype PyTor
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from kohakutt.frontends.torch.aten.reduce import release
 from kohakutt.frontends.torch.aten.registry import Args, computed, ir
 
 aten = torch.ops.aten
@@ -206,6 +208,10 @@ def _dtype_name(dt: torch.dtype) -> str:
             torch.bool: "Bool", torch.uint8: "Byte", torch.float64: "Double"}.get(dt, str(dt))  # fmt: skip
 
 
+# PyTorch's arithmetic on two bools is logic (True * False is False, True + True is True); the IR's is refused
+_ON_BOOLS = {"mul": "logical_and", "add": "logical_or", "maximum": "logical_or", "minimum": "logical_and"}
+
+
 def _binary(
     ir_op: str, rule: str | None, attrs: Callable[[Args], dict[str, Any]] | None = None
 ) -> Callable[[Args, list[torch.Tensor]], None]:
@@ -218,6 +224,9 @@ def _binary(
                 compute = _float(compute)
             if ir_op not in _COMPARISONS:
                 check_cast(compute, outs[0])
+        if compute is torch.bool and ir_op in _ON_BOOLS:
+            ir(_ON_BOOLS[ir_op], [a.self, other], None, outs, a._index, compute)
+            return
         ir(ir_op, [a.self, other], attrs(a) if attrs else None, outs, a._index, compute)
 
     return impl
@@ -412,3 +421,87 @@ def _backward(ir_op: str, second: str, names: tuple[str, ...]) -> Callable[[Args
 
 for _aten, (_ir, _second, _names) in BACKWARD.items():
     _register(_aten, _backward(_ir, _second, _names), (_ir,))
+
+
+# ------------------------------------------------------------------------------------------------ compositions
+def _infinity(sign: float) -> Callable[[Args, list[torch.Tensor]], None]:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        if not a.self.is_floating_point():  # integers are never infinite
+            ir("ne", [a.self, a.self], None, outs, a._index)
+            return
+        ir("eq", [a.self, sign * math.inf], None, outs, a._index)
+
+    return impl
+
+
+_register("isposinf", _infinity(1.0), ("eq", "ne"))
+_register("isneginf", _infinity(-1.0), ("eq", "ne"))
+
+
+@computed("_prelu_kernel", ir=("gt", "mul", "where"))
+def _prelu(a: Args, outs: list[torch.Tensor]) -> None:
+    """x where x > 0, else weight * x (weight broadcast over x, as ``F.prelu`` shaped it)."""
+    scaled = ir("mul", [a.self, a.weight], None, None, a._index, outs[0].dtype)[0]
+    positive = ir("gt", [a.self, 0], None, None, a._index)[0]
+    ir("where", [positive, a.self, scaled], None, outs, a._index, outs[0].dtype)
+    release(a._index, scaled, positive)
+
+
+@computed("_prelu_kernel_backward", ir=("gt", "mul", "where"))
+def _prelu_backward(a: Args, outs: list[torch.Tensor]) -> None:
+    """(grad where x > 0 else weight * grad, 0 where x > 0 else x * grad): the weight's gradient per element of x
+    (autograd sums it down to the weight's shape)."""
+    dt = outs[0].dtype
+    positive = ir("gt", [a.self, 0], None, None, a._index)[0]
+    wg = ir("mul", [a.grad_output, a.weight], None, None, a._index, dt)[0]
+    ir("where", [positive, a.grad_output, wg], None, outs[:1], a._index, dt)
+    xg = ir("mul", [a.grad_output, a.self], None, None, a._index, dt)[0]
+    ir("where", [positive, 0.0, xg], None, outs[1:], a._index, dt)
+    release(a._index, positive, wg, xg)
+
+
+@computed("log_sigmoid_forward", "log_sigmoid_forward.output", ir=("logsigmoid", "abs", "neg", "exp"))
+def _log_sigmoid_forward(a: Args, outs: list[torch.Tensor]) -> None:
+    """(log sigmoid(x), exp(-|x|)): the second output is the CPU kernel's saved buffer, which its backward reads;
+    tt's backward recomputes from x, but the buffer holds the same values."""
+    dt = _float(a.self.dtype)
+    ir("logsigmoid", [a.self], None, outs[:1], a._index, dt)
+    if outs[1].numel():
+        magnitude = ir("abs", [a.self], None, None, a._index, dt)[0]
+        negated = ir("neg", [magnitude], None, None, a._index)[0]
+        ir("exp", [negated], None, outs[1:], a._index)
+        release(a._index, magnitude, negated)
+
+
+@computed("log_sigmoid_backward", "log_sigmoid_backward.grad_input", ir=("neg", "sigmoid", "mul"))
+def _log_sigmoid_backward(a: Args, outs: list[torch.Tensor]) -> None:
+    """grad * sigmoid(-x): the derivative of log sigmoid."""
+    dt = outs[0].dtype
+    flipped = ir("neg", [a.self], None, None, a._index, dt)[0]
+    slope = ir("sigmoid", [flipped], None, None, a._index)[0]
+    ir("mul", [a.grad_output, slope], None, outs, a._index, dt)
+    release(a._index, flipped, slope)
+
+
+_I0_TERMS, _I0_SWITCH, _I0_TAIL = 26, 15.0, 9  # series terms below |x| = 15, asymptotic terms above
+
+
+@computed("i0", "i0.out", "i0_", ir=("abs", "mul", "add", "exp", "sqrt", "where"))
+def _i0(a: Args, outs: list[torch.Tensor]) -> None:
+    """The modified Bessel function I0, in fp32 on the card: for |x| < 15 its power series sum (x^2/4)^k / (k!)^2
+    (26 positive terms: no cancellation; the first left out is below 2^-40 of the sum), above it the asymptotic
+    e^|x| / sqrt(2 pi |x|) * sum c_k / |x|^k, c_k = ((2k - 1)!!)^2 / (k! 8^k) (9 terms: within 1e-9 at 15)."""
+    x = a.self.to(torch.float32)
+    m = x.abs()
+    t = m * m * 0.25
+    term, series = torch.ones_like(m), torch.ones_like(m)
+    for k in range(1, _I0_TERMS):
+        term = term * t * (1.0 / (k * k))
+        series = series + term
+    inv, power, tail, c = 1.0 / m, torch.ones_like(m), torch.ones_like(m), 1.0
+    for k in range(1, _I0_TAIL):
+        c *= (2 * k - 1) ** 2 / (8 * k)
+        power = power * inv
+        tail = tail + c * power
+    asymptotic = torch.exp(m) * torch.rsqrt(m * (2 * math.pi)) * tail
+    outs[0].copy_(torch.where(m < _I0_SWITCH, series, asymptotic))

@@ -13,12 +13,13 @@ Intermediate device tensors are freed as soon as the op that reads them is queue
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from kohakutt.frontends.torch import runtime, tensors
-from kohakutt.frontends.torch.aten.registry import Args, computed, ir
+from kohakutt.frontends.torch.aten.registry import Args, computed, ir, kernel
 from kohakutt.kernels.tensor import DeviceTensor
 
 Impl = Callable[[Args, list[torch.Tensor]], None]
@@ -148,10 +149,27 @@ computed("nansum", "nansum.out", ir=("isnan", "where", "sum"))(_nansum)
 def _variance(op: str) -> Impl:
     def impl(a: Args, outs: list[torch.Tensor]) -> None:
         c = _scalar(a.get("correction"))
-        attrs = {"dims": _dims(a.get("dim")), "keepdim": bool(a.keepdim), "correction": 1 if c is None else c}
-        ir(op, [a.self], attrs, outs, a._index)
+        c = 1 if c is None else c
+        attrs = {"dims": _dims(a.get("dim")), "keepdim": bool(a.keepdim), "correction": c}
+        if c >= 0:
+            ir(op, [a.self], attrs, outs, a._index)
+            return
+        # a negative correction (N - c > N: PyTorch allows it) is the population statistic, rescaled
+        ir(op, [a.self], {**attrs, "correction": 0}, outs, a._index)
+        n = _count(a.self, a.get("dim"))
+        factor = n / (n - c) if n else 1.0
+        spread = outs[0]  # var / std (var_mean and std_mean return it first)
+        ir("mul", [spread, factor if op.startswith("var") else math.sqrt(factor)], None, [spread], a._index)
 
     return impl
+
+
+def _count(x: torch.Tensor, dim: Any) -> int:
+    """How many elements of ``x`` one result of a reduction over ``dim`` (None or empty: all) takes."""
+    dims = _dims(dim)
+    if dims is None or (isinstance(dims, list) and not dims):
+        return x.numel()
+    return math.prod(x.shape[d] if x.dim() else 1 for d in ([dims] if isinstance(dims, int) else dims))
 
 
 for _op in ("var", "std", "var_mean", "std_mean"):
@@ -192,6 +210,17 @@ for _op in ("any", "all"):
     computed(_op, f"{_op}.dim", f"{_op}.dims", f"{_op}.out", f"{_op}.all_out", f"{_op}.dims_out", ir=(_op, "ne"))(
         _logical(_op)
     )
+
+
+@kernel("equal", ir=("eq", "all"))
+def equal(self: torch.Tensor, other: torch.Tensor) -> bool:
+    """True when both have the same shape and equal values (NaN equals nothing): ``all(self == other)`` on the card,
+    then one host read (a synchronization)."""
+    if self.shape != other.shape:
+        return False
+    if self.numel() == 0:
+        return True
+    return bool(torch.eq(self, other).all().item())
 
 
 def _count_nonzero(a: Args, outs: list[torch.Tensor]) -> None:

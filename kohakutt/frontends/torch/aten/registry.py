@@ -89,7 +89,8 @@ class _Binder:
     def bind(self, args: tuple, kwargs: dict) -> Args:
         a = Args(zip(self.names, self.defaults))
         a.update(zip(self.names, args))
-        a.update(kwargs)
+        if kwargs:
+            a.update(kwargs)
         return a
 
 
@@ -114,28 +115,47 @@ def to_meta(x: Any, found: set[str]) -> Any:
 
 # Output metadata by call signature: PyTorch's meta kernels (often Python references) cost more than the rest of
 # queueing an op, and outputs depend only on sizes, strides, dtypes, devices and the non-tensor arguments.
-_META_CACHE: dict[tuple, tuple[int, list[torch.Tensor]]] = {}
+_META_CACHE: dict[tuple, tuple[int, list[torch.Tensor], list[tuple]]] = {}
 META_CACHE_SIZE = 8192
+_Tensor = torch.Tensor
 
 
 def _sig(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return (x.device, x.dtype, tuple(x.shape), x.stride())
-    if isinstance(x, list | tuple):
-        return (type(x), *(_sig(y) for y in x))
-    if isinstance(x, bool | int | float | complex):
-        return (type(x), x)
+    if isinstance(x, _Tensor):
+        return (x.device, x.dtype, x.shape, x.stride())
+    t = type(x)
+    if t is list or t is tuple:
+        return (t, *[_sig(y) for y in x])
+    if t is bool or t is int or t is float or t is complex:
+        return (t, x)
     return x
 
 
 def meta_key(op: Any, args: tuple, kwargs: dict) -> tuple | None:
     """A hashable signature of a call for the output-metadata cache, or None when it has none."""
+    key = (op, *[_sig(x) for x in args], *[(k, _sig(v)) for k, v in kwargs.items()]) if kwargs else (
+        op, *[_sig(x) for x in args])
     try:
-        key = (op, _sig(args), *((k, _sig(v)) for k, v in kwargs.items()))
         hash(key)
     except TypeError:
         return None
     return key
+
+
+def _cached_meta(key: tuple | None) -> Any:
+    """The output-metadata cache's entry for ``key`` (None when absent); ``key`` may still be unhashable."""
+    if key is None:
+        return None
+    try:
+        return _META_CACHE.get(key)
+    except TypeError:
+        return None
+
+
+def _output(meta: torch.Tensor) -> tuple:
+    """How to make a tt tensor like ``meta``: the arguments of :func:`tensors.new_storage` but the device index."""
+    size, stride = [int(s) for s in meta.shape], [int(s) for s in meta.stride()]
+    return len(size), runtime.dims(size, stride), meta.dtype, tensors.nbytes_of(size, stride, meta.dtype)
 
 
 def device_index(found: set[str]) -> int:
@@ -175,23 +195,30 @@ def _generic(name: str, impl: Callable[[Args, list[torch.Tensor]], None]) -> Cal
     op = overload(name)
     b = _Binder.of(op)
     single = len(op._schema.returns) == 1
+    defaults = dict(zip(b.names, b.defaults))
+    names = b.names
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        key = meta_key(op, args, kwargs)
-        hit = _META_CACHE.get(key) if key is not None else None
+        key = (name, *[_sig(x) for x in args], *[(k, _sig(v)) for k, v in kwargs.items()]) if kwargs else (
+            name, *[_sig(x) for x in args])
+        hit = _cached_meta(key)
         if hit is None:
             found: set[str] = set()
             margs, mkw = to_meta(args, found), {k: to_meta(v, found) for k, v in kwargs.items()}
             index = device_index(found)
             meta = op(*margs, **mkw)
             metas = [meta] if isinstance(meta, torch.Tensor) else list(meta)
-            if key is not None:
+            made = [_output(m) for m in metas] if not (b.inplace or b.out) else []
+            if meta_key(name, args, kwargs) is not None:  # hashable
                 if len(_META_CACHE) >= META_CACHE_SIZE:
-                    _META_CACHE.clear()
-                _META_CACHE[key] = (index, metas)
+                    del _META_CACHE[next(iter(_META_CACHE))]  # the oldest signature
+                _META_CACHE[key] = (index, metas, made)
         else:
-            index, metas = hit
-        a = b.bind(args, kwargs)
+            index, metas, made = hit
+        a = Args(defaults)
+        a.update(zip(names, args))
+        if kwargs:
+            a.update(kwargs)
         a["_index"] = index
         if b.inplace:
             outs = [a["self"]]
@@ -200,7 +227,7 @@ def _generic(name: str, impl: Callable[[Args, list[torch.Tensor]], None]) -> Cal
             for o, m in zip(outs, metas):
                 resize_out(o, m)
         else:
-            outs = [tensors.new_like(m, index) for m in metas]
+            outs = [tensors.new_storage(ndim, dims, dtype, nbytes, index) for ndim, dims, dtype, nbytes in made]
         impl(a, outs)
         if b.inplace:
             return outs[0]
@@ -214,26 +241,34 @@ def _generic(name: str, impl: Callable[[Args, list[torch.Tensor]], None]) -> Cal
 def operand(x: Any, dev_index: int, compute: torch.dtype | None = None) -> Any:
     """A kernel operand: tt tensors as device tensors (cast to ``compute`` on the device when it differs), CPU 0-dim
     tensors and numbers as Python scalars."""
-    if isinstance(x, torch.Tensor):
-        if x.device.type == "tt":
-            t = tensors.to_device_tensor(x)
-            if compute is not None and x.dtype != compute:
-                t = cast(t, compute, dev_index)
-            return t
+    return _operand(x, dev_index, compute, None)[0]
+
+
+def _operand(x: Any, dev_index: int, compute: torch.dtype | None, stream: Any) -> tuple[Any, bool]:
+    """:func:`operand`, and whether it is a cast made here (scratch for the caller to free)."""
+    if isinstance(x, _Tensor):
+        if not x.is_cpu:
+            t = tensors.tt_view(x)
+            if t is None and x.device.type == "tt":
+                t = tensors.to_device_tensor(x)  # the rare cases: zero bytes, a closed device (raises)
+            if t is not None:
+                if compute is not None and x.dtype != compute:
+                    return cast(t, compute, dev_index, stream), True
+                return t, False
         if x.dim() == 0:
             v = x.item()
             if compute is not None:
                 v = float(v) if compute.is_floating_point else (bool(v) if compute is torch.bool else int(v))
-            return v
+            return v, False
         raise _same_device_error({f"tt:{dev_index}", str(x.device)})
-    return x
+    return x, False
 
 
-def cast(t: DeviceTensor, dtype: torch.dtype, dev_index: int) -> DeviceTensor:
+def cast(t: DeviceTensor, dtype: torch.dtype, dev_index: int, stream: Any = None) -> DeviceTensor:
     ir = tensors.check_dtype(dtype)
     if t.dtype is ir:
         return t
-    return kk.run("typecast", [t], {"dtype": ir.value}, stream=runtime.current_stream(dev_index))[0]
+    return kk.run("typecast", [t], {"dtype": ir.value}, stream=stream or runtime.current_stream(dev_index))[0]
 
 
 def ir(
@@ -245,16 +280,27 @@ def ir(
     compute: torch.dtype | None = None,
 ) -> list[DeviceTensor]:
     """Queue IR op ``op``; results go into ``outs`` (tt tensors, cast to their dtypes) or new device tensors."""
-    ops = [operand(x, index, compute) for x in inputs]
     dev = runtime.device(index)
-    out = None if outs is None else [tensors.to_device_tensor(o) for o in outs]
-    if out is not None and any(0 in o.shape for o in out):
-        result = out  # nothing to compute into an empty output
+    stream = runtime.current_stream(index)
+    ops, scratch = [], []
+    for x in inputs:
+        v, made = _operand(x, index, compute, stream)
+        ops.append(v)
+        if made:
+            scratch.append(v)
+    result = None
+    if outs is None:
+        out = None
     else:
-        result = kk.run(op, ops, attrs, out=out, device=dev, stream=runtime.current_stream(index))
-    for x, o in zip(inputs, ops):  # the casts made above are scratch: freed once the op has read them
-        if isinstance(x, torch.Tensor) and x.device.type == "tt" and compute is not None and x.dtype != compute:
-            dev.free(o.buffer, runtime.current_stream(index))
+        out = [tensors.tt_view(o) or tensors.to_device_tensor(o) for o in outs]
+        for o in out:
+            if 0 in o.spec.shape:
+                result = out  # nothing to compute into an empty output
+                break
+    if out is None or result is not out:
+        result = kk.run(op, ops, attrs, out=out, device=dev, stream=stream)
+    for t in scratch:  # the casts made above are freed once the op has read them
+        dev.free(t.buffer, stream)
     return result
 
 

@@ -1,0 +1,146 @@
+"""Element-wise ops on tt (kohakutt/frontends/torch/aten/pointwise.py) against the CPU in float64: the compositions
+(PReLU and its gradient, log-sigmoid's forward / backward pair, isposinf / isneginf, the Bessel function I0) and
+PyTorch's arithmetic on bools. (The table-driven unary and binary ops are covered by the OpInfo conformance
+subset, test_opinfo.py.)
+
+The reference runs on exactly the values the card holds (bfloat16 inputs are rounded on the host first). Bounds, from
+the element-wise family's numerics (kohakutt/ir/defs/elementwise.py):
+- float32 arithmetic runs on the SFPU in IEEE fp32 (add, mul, where: one rounding each, 2^-24 relative) and its
+  transcendental functions are modelled as correctly rounded fp32: a chain of a few such ops is within
+  ``FP32 = 2^-20`` of the result's magnitude (about 8 ulp).
+- bfloat16: each op's result is rounded to nearest into bf16, within its unit roundoff 2^-8 (8 significant bits); a
+  chain of R bf16 roundings: ``R * 2^-8`` relative.
+- a sum on the reduce unit (PReLU's weight gradient, which autograd sums over the non-channel dims) reads each fp32
+  term truncated to SrcA's 10 significant bits (within 2^-9) and accumulates in fp32: ``2^-9 * S``, S = the sum of the
+  terms' magnitudes; bf16 terms are exact in SrcA and the sum is rounded once into bf16 (2^-8 * S).
+- I0 is a sum of 26 positive series terms (term k a chain of 3k fp32 roundings) below |x| = 15 and an fp32
+  exp * rsqrt * 9-term asymptotic series above: about 100 roundings of 2^-24 at most, ``2^-17`` relative.
+- comparisons, predicates, logic and ``where`` selections are exact. Results below fp32's smallest normal number
+  (2^-126) are flushed to zero on the card.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+DEV = torch.device("tt", 0)
+FP32 = 2.0**-20
+BF16 = 2.0**-8
+SRC_A = 2.0**-9
+TINY = 2.0**-126  # the card flushes subnormal results to zero (exp(-100) included)
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def within(actual: torch.Tensor, ref: torch.Tensor, bound, what: str) -> None:
+    actual, ref = actual.detach().cpu().double(), ref.detach().double()
+    assert actual.shape == ref.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(ref.shape)}"
+    err = (actual - ref).abs()
+    bound = torch.as_tensor(bound, dtype=torch.float64).expand_as(err)
+    worst = int(torch.argmax((err - bound).reshape(-1))) if err.numel() else 0
+    assert bool((err <= bound).all()), (
+        f"{what}: error {err.reshape(-1)[worst]:.3g} > bound {bound.reshape(-1)[worst]:.3g} at {worst}"
+    )
+
+
+def rel(dtype: torch.dtype, roundings: int = 1) -> float:
+    return FP32 if dtype == torch.float32 else roundings * BF16
+
+
+def test_bool_arithmetic_is_logic():
+    a = torch.tensor([True, False, True, False])
+    b = torch.tensor([True, True, False, False])
+    at, bt = a.to(DEV), b.to(DEV)
+    for name, fn in (("mul", torch.mul), ("add", torch.add), ("maximum", torch.maximum), ("minimum", torch.minimum)):
+        got = fn(at, bt)
+        assert got.dtype == torch.bool and torch.equal(got.cpu(), fn(a, b)), name
+    c = at.clone()
+    c.mul_(bt)
+    assert torch.equal(c.cpu(), a & b), "in place"
+    # what PyTorch's own compositions do with them
+    x = torch.tensor([1.0, math.inf, -math.inf, math.nan, -2.5])
+    assert torch.equal(torch.isfinite(x.to(DEV)).cpu(), torch.isfinite(x))
+    y = torch.tensor([1.0 + 1e-6, math.inf, math.inf, math.nan, -2.0])
+    for nan in (False, True):
+        assert torch.equal(torch.isclose(x.to(DEV), y.to(DEV), equal_nan=nan).cpu(), torch.isclose(x, y, equal_nan=nan))
+    got = torch.combinations(torch.arange(5.0).to(DEV), r=3)
+    assert torch.equal(got.cpu(), torch.combinations(torch.arange(5.0), r=3))
+
+
+def test_isposinf_isneginf():
+    x = torch.tensor([0.0, math.inf, -math.inf, math.nan, -1.0, 3.4e38])
+    for dtype in (torch.float32, torch.bfloat16):
+        xt = x.to(dtype).to(DEV)
+        assert torch.equal(torch.isposinf(xt).cpu(), torch.isposinf(x.to(dtype)))
+        assert torch.equal(torch.isneginf(xt).cpu(), torch.isneginf(x.to(dtype)))
+    ints = torch.tensor([0, -5, 7], dtype=torch.int32)
+    assert not torch.isposinf(ints.to(DEV)).cpu().any() and not torch.isneginf(ints.to(DEV)).cpu().any()
+    out = torch.empty(6, dtype=torch.bool).to(DEV)
+    torch.isneginf(x.to(DEV), out=out)
+    assert torch.equal(out.cpu(), torch.isneginf(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prelu_forward_backward(dtype):
+    x = torch.randn(4, 3, 5, 6, generator=gen(1)).to(dtype)
+    for w in (torch.randn(3, generator=gen(2)).to(dtype), torch.tensor([0.25]).to(dtype)):
+        xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+        ref = F.prelu(xr, wr)
+        g = torch.randn(ref.shape, generator=gen(3)).to(dtype)
+        ref.backward(g.double())
+        xt, wt = x.to(DEV).requires_grad_(), w.to(DEV).requires_grad_()
+        got = F.prelu(xt, wt)
+        assert got.dtype == dtype
+        within(got, ref, rel(dtype) * ref.abs(), "prelu")
+        got.backward(g.to(DEV))
+        within(xt.grad, xr.grad, rel(dtype) * xr.grad.abs(), "input gradient")
+        s = (x.double() * g.double()).abs().transpose(0, 1).reshape(3, -1).sum(1)  # per channel
+        s = s if w.numel() == 3 else s.sum().reshape(1)
+        tol = SRC_A + FP32 if dtype == torch.float32 else 2 * BF16  # the products' roundings, then the sum
+        within(wt.grad, wr.grad, tol * s, "weight gradient")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_log_sigmoid_forward_backward(dtype):
+    x = (torch.randn(5, 7, generator=gen(4)) * 6).to(dtype)
+    x[0, :3] = torch.tensor([-100.0, 100.0, 0.0]).to(dtype)
+    xr = x.double().requires_grad_()
+    ref = F.logsigmoid(xr)
+    g = torch.randn(ref.shape, generator=gen(5)).to(dtype)
+    ref.backward(g.double())
+    xt = x.to(DEV).requires_grad_()
+    got = F.logsigmoid(xt)
+    assert got.dtype == dtype
+    within(got, ref, rel(dtype) * ref.abs() + 1e-30, "logsigmoid")
+    got.backward(g.to(DEV))
+    within(xt.grad, xr.grad, rel(dtype, 2) * xr.grad.abs() + 1e-30, "gradient")
+    out, buffer = torch.ops.aten.log_sigmoid_forward(x.to(DEV))  # the buffer holds exp(-|x|), as the CPU's
+    within(out, ref.detach(), rel(dtype) * ref.detach().abs() + 1e-30, "log_sigmoid_forward")
+    e = torch.exp(-x.double().abs())
+    within(buffer, e, rel(dtype, 2) * e + TINY, "buffer")
+    # multilabel_soft_margin_loss is built on it
+    y = (torch.rand(5, 7, generator=gen(6)) > 0.5).to(dtype)
+    ref = F.multilabel_soft_margin_loss(x.double(), y.double())
+    got = F.multilabel_soft_margin_loss(x.to(DEV), y.to(DEV))
+    s = F.multilabel_soft_margin_loss(x.double(), y.double(), reduction="none").abs().sum() / 5
+    within(got, ref, (3 * SRC_A if dtype == torch.float32 else 4 * BF16) * s, "multilabel_soft_margin_loss")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_i0(dtype):
+    x = torch.cat([torch.linspace(-40, 40, 801), torch.tensor([0.0, 14.999, 15.0, 15.001, 80.0, -88.0])]).to(dtype)
+    ref = torch.special.i0(x.double())
+    got = torch.i0(x.to(DEV))
+    assert got.dtype == dtype
+    within(got, ref, (2.0**-17 + (0 if dtype == torch.float32 else BF16)) * ref, "i0")
+    assert torch.isnan(torch.i0(torch.tensor([math.nan]).to(DEV)).cpu()).all()
+    assert torch.isinf(torch.special.i0(torch.tensor([100.0]).to(DEV)).cpu()).all(), "overflows as float32 does"
+    y = x.to(DEV).clone()
+    y.i0_()
+    assert torch.equal(y.cpu(), got.cpu())
