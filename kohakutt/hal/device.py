@@ -102,6 +102,10 @@ def open_devices() -> list[Device]:
         return list(_devices.values())
 
 
+class _ThreadStream(threading.local):
+    stream: Stream | None = None  # this thread's current stream (None: the default stream)
+
+
 class Device:
     """One chip: its allocator, its streams, its backend. Get it with :func:`open_device`."""
 
@@ -120,7 +124,7 @@ class Device:
         self._live: dict[int, Buffer] = {}
         self._cache = BlockCache()
         self._cache_lock = threading.Lock()
-        self._current = threading.local()
+        self._current = _ThreadStream()
         # Each buffer gets a stable address of its own: what frontends hand out as a data pointer.
         self._next_address = _next_addresses.get(chip_id, (chip_id + 1) << 48)
         self._starts: list[int] = []  # sorted addresses of live buffers, for interior-pointer lookups
@@ -179,12 +183,12 @@ class Device:
 
     @property
     def current_stream(self) -> Stream:
-        return getattr(self._current, "stream", None) or self.default_stream
+        return self._current.stream or self.default_stream
 
     @contextmanager
     def use_stream(self, stream: Stream) -> Iterator[Stream]:
         """Make ``stream`` this thread's current stream for the block."""
-        prev = getattr(self._current, "stream", None)
+        prev = self._current.stream
         self._current.stream = stream
         try:
             yield stream
@@ -329,7 +333,7 @@ class Device:
         device's cache at once: reusable by later work on ``stream``, by other streams once the work is done."""
         if buf.device is not self:
             raise BufferUseError(f"{buf!r} belongs to chip {buf.device.chip_id}, not chip {self.chip_id}")
-        if not buf.is_live:
+        if buf._state != "live":
             raise BufferUseError(f"{buf!r} was already freed")
         if self._closed:
             return  # closing released it

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from kohakutt.hal.trace import Trace
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Command:
     """One unit of device work: ``run(*buffers, **args)``, named for errors and profiles.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Hashable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,8 +175,9 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
         if plan is None:
             return _run_decomposed(d, list(inputs), bound, out, dev)
         if key is not None:
-            if len(_plans) >= PLAN_CACHE_SIZE:
-                del _plans[next(iter(_plans))]  # the oldest signature
+            while len(_plans) >= PLAN_CACHE_SIZE:
+                with suppress(KeyError, RuntimeError, StopIteration):  # another thread may evict the same one
+                    del _plans[next(iter(_plans))]  # the oldest signature
             _plans[key] = plan
     out_specs = list(plan.out_specs)
     if out is None:

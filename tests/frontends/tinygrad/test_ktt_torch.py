@@ -99,13 +99,17 @@ def test_tinygrad_to_torch_shares_the_buffer(tt):
     np.testing.assert_array_equal(ktg.to_torch(g.T).cpu().numpy(), (a * 3 + 1).T)  # a view: made contiguous first
     i = ktg.to_torch(Tensor([1, 2, 3], dtype=dtypes.int32, device="KTT"))
     assert i.dtype == torch.int32 and i.cpu().tolist() == [1, 2, 3]
+    m = ktg.to_torch(Tensor([True, False], device="KTT"))
+    assert m.dtype == torch.bool and m.cpu().tolist() == [True, False]
+    h = ktg.from_torch(torch.tensor([1.5, -2.0], dtype=torch.bfloat16).to(tt))
+    assert h.dtype == dtypes.bfloat16 and ktg.to_torch(h).cpu().tolist() == [1.5, -2.0]
     held = interop.exported()
     del g
     gc.collect()
     np.testing.assert_array_equal(x.cpu().numpy(), a * 3 + 1)  # the torch storage keeps the tinygrad buffer alive
-    del x, i
+    del x, i, m
     gc.collect()
-    assert interop.exported() == held - 2
+    assert interop.exported() == held - 3
 
 
 def test_crossing_errors_are_typed(tt):

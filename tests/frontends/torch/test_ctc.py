@@ -6,7 +6,8 @@ log-likelihood is within ``4 * T * 2^-24 * |nll|`` plus the log-softmax inputs' 
 |log p|, T of them along a path): ``FP32_STEPS = 8 * T * 2^-24`` relative to |nll| (at most ~2^-14 here). Reductions
 of the loss over the batch (``reduction="sum"``) go through the reduce unit, whose SrcA keeps 10 significant bits of
 each fp32 term (within 2^-9): ``2^-9 * sum |nll|``; ``"mean"`` first divides each loss by its target length
-(SFPU) and is Kohaku-TT's fp32 mean (a few roundings). The gradient is exp(lp) minus a scatter-add of at most
+(SFPU) and is Kohaku-TT's fp32 mean (a few roundings; with TT-NN's kernels, KTT_CUSTOM_KERNELS=0, up to three
+reduce steps each reading fp32 through SrcA: ``3 * 2^-9``). The gradient is exp(lp) minus a scatter-add of at most
 2L + 1 occupancy terms, each within ``exp(FP32_STEPS * |nll|) - 1`` relative of its value (the error of its
 log), and both are at most 1: within ``2 * FP32_STEPS * max|nll| * |grad|`` per element.
 """
@@ -19,9 +20,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kohakutt import config
+
 DEV = torch.device("tt", 0)
 T, N, C, S = 12, 4, 6, 5
 STEPS = 8 * T * 2.0**-24
+OWN = bool(config.get("KTT_CUSTOM_KERNELS"))
 
 
 def gen(seed: int) -> torch.Generator:
@@ -58,7 +62,8 @@ def test_ctc_loss_forward_backward(reduction, zero_infinity):
     xt = lp.float().to(DEV).requires_grad_()
     got = F.ctc_loss(xt, tg.to(DEV), il.to(DEV), tl.to(DEV), reduction=reduction, zero_infinity=zero_infinity)
     nll = F.ctc_loss(lp, tg, il, tl, reduction="none")
-    bound = {"none": STEPS * nll.abs(), "sum": (2.0**-9 + STEPS) * nll.abs().sum(), "mean": 2 * STEPS * nll.abs().max()}
+    mean = 2 * STEPS if OWN else 3 * 2.0**-9  # Kohaku-TT's fp32 mean, or TT-NN's (up to three SrcA reads)
+    bound = {"none": STEPS * nll.abs(), "sum": (2.0**-9 + STEPS) * nll.abs().sum(), "mean": mean * nll.abs().max()}
     within(got, ref, bound[reduction], f"ctc_loss {reduction}")
     got.backward(g.float().to(DEV))
     within(xt.grad, x.grad, 2 * STEPS * nll.abs().max() * g.abs().max() + 1e-7, "gradient")

@@ -144,3 +144,86 @@ def test_i0(dtype):
     y = x.to(DEV).clone()
     y.i0_()
     assert torch.equal(y.cpu(), got.cpu())
+
+
+def test_heaviside_sgn_angle_are_exact():
+    x = torch.tensor([-2.0, -0.0, 0.0, 3.0, math.nan, math.inf])
+    v = torch.tensor([0.5, 0.5, 7.0, 0.5, 0.5, 0.5])
+    for got, ref in (
+        (torch.heaviside(x.to(DEV), v.to(DEV)), torch.heaviside(x, v)),
+        (torch.sgn(x.to(DEV)), torch.sgn(x)),
+        (torch.angle(x.to(DEV)), torch.angle(x)),
+    ):
+        got = got.cpu()
+        assert got.dtype == ref.dtype and torch.equal(got.isnan(), ref.isnan())
+        assert torch.equal(got[~ref.isnan()], ref[~ref.isnan()]), (got, ref)
+
+
+def _one(x: torch.Tensor) -> torch.Tensor:
+    return torch.ones_like(x)
+
+
+def _sinc_terms(x: torch.Tensor) -> torch.Tensor:  # (pi x cos(pi x) - sin(pi x)) / (pi x^2): its terms' size
+    return (math.pi * x.abs() + 1) / (math.pi * x * x)
+
+
+UNARY_COMPOSITES = [  # name, function, input range, float32 relative bound, bfloat16 roundings, gradient terms
+    ("hardshrink", lambda x: F.hardshrink(x, 0.7), 3.0, 0.0, 0, _one),
+    ("softshrink", lambda x: F.softshrink(x, 0.7), 3.0, FP32, 1, _one),
+    ("logit", torch.logit, None, FP32, 3, lambda x: 1 / (x * (1 - x))),
+    ("logit eps", lambda x: torch.logit(x, eps=0.2), None, FP32, 3, lambda x: 1 / (x * (1 - x))),
+    ("sinc", torch.sinc, 3.0, FP32, 3, _sinc_terms),
+    ("entr", torch.special.entr, None, FP32, 3, lambda x: 1 + x.log().abs()),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name,fn,scale,tol,roundings,terms", UNARY_COMPOSITES, ids=[u[0] for u in UNARY_COMPOSITES])
+def test_unary_compositions_forward_backward(name, fn, scale, tol, roundings, terms, dtype):
+    # the compositions are a few SFPU ops (FP32 relative in float32; bfloat16: one rounding per stored step); their
+    # gradients are PyTorch's formulas over the same ops, within a few roundings of the size of their terms
+    # (|grad| times ``terms(x)``). Bounds are relative to those magnitudes, plus an absolute floor of the same size
+    # at the function's zeros.
+    u = torch.rand(64, generator=gen(7))
+    x = ((u * 2 - 1) * scale if scale is not None else u * 0.9 + 0.05).to(dtype)
+    xr = x.double().requires_grad_()
+    ref = fn(xr)
+    g = torch.randn(ref.shape, generator=gen(8)).to(dtype)
+    ref.backward(g.double())
+    xt = x.to(DEV).requires_grad_()
+    got = fn(xt)
+    assert got.dtype == dtype
+    rel_tol = tol if dtype == torch.float32 else roundings * BF16 + FP32
+    within(got, ref, rel_tol * (ref.abs() + 1), name)
+    got.backward(g.to(DEV))
+    grad_tol = 4 * FP32 if dtype == torch.float32 else (roundings + 2) * BF16
+    within(xt.grad, xr.grad, grad_tol * g.double().abs() * (terms(x.double()) + 1), f"{name} gradient")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_glu_forward_backward(dtype):
+    x = torch.randn(3, 8, 5, generator=gen(9)).to(dtype)
+    for dim in (1, -1) if x.shape[-1] % 2 == 0 else (1,):
+        xr = x.double().requires_grad_()
+        ref = F.glu(xr, dim)
+        g = torch.randn(ref.shape, generator=gen(10)).to(dtype)
+        ref.backward(g.double())
+        xt = x.to(DEV).requires_grad_()
+        got = F.glu(xt, dim)
+        tol = FP32 if dtype == torch.float32 else 2 * BF16
+        within(got, ref, tol * ref.abs() + 1e-30, "glu")
+        got.backward(g.to(DEV))
+        within(xt.grad, xr.grad, 2 * tol * (xr.grad.abs() + g.double().abs().max()), "glu gradient")
+
+
+def test_xlog1py():
+    x = torch.tensor([0.0, 0.0, 2.0, -1.5, 3.0])
+    y = torch.tensor([math.nan, 5.0, 0.5, 2.0, -1.0])
+    ref = torch.special.xlog1py(x.double(), y.double())
+    got = torch.special.xlog1py(x.to(DEV), y.to(DEV)).cpu().double()
+    assert torch.equal(got.isnan(), ref.isnan()) and torch.equal(got.isinf(), ref.isinf())
+    finite = torch.isfinite(ref)
+    assert torch.allclose(got[finite], ref[finite], rtol=FP32, atol=0)
+    ref = torch.special.xlog1py(2.0, y.double())
+    got = torch.special.xlog1py(2.0, y.to(DEV)).cpu().double()
+    assert torch.allclose(got, ref, rtol=FP32, atol=0, equal_nan=True)

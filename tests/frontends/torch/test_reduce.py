@@ -389,3 +389,49 @@ def test_var_std_any_correction(correction):
         rv, rm = torch.var_mean(x.double(), dim=dim, correction=correction)
         within(var, rv, FP32 * rv.abs(), "var_mean")
         within(mean, rm, FP32 * x.double().abs().mean(), "var_mean's mean")
+
+
+# order statistics (an on-card stable sort, then a gather) and log-step scans (element-wise combines) are exact in
+# their values; indices of ties may differ from the CPU's (any index of an equal value is right), so those are
+# checked through the values they select. logcumsumexp combines fp32 log-sum-exps in log2(n) rounds: a few fp32
+# roundings per round, ``FP32 * log2(n)`` of the magnitude.
+def _statistic(fn, t: torch.Tensor, dim: int, keep: bool):
+    return torch.kthvalue(t, 3, dim, keep) if fn is None else fn(t, dim, keep)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
+def test_median_nanmedian_kthvalue(dtype):
+    if dtype == torch.int32 and not OWN:
+        pytest.skip("TT-NN's sort takes no int32 (a DtypeError on the card)")
+    x = (randn(4, 7, seed=60) * 4).round().to(dtype)  # ties
+    if dtype.is_floating_point:
+        x[1, 2] = math.nan
+        x[3] = math.nan
+    for name, fn in (("median", torch.median), ("nanmedian", torch.nanmedian), ("kth", None)):
+        if name == "nanmedian" and not dtype.is_floating_point:
+            continue
+        for dim, keep in ((1, False), (0, True), (-1, True)):
+            v, i = _statistic(fn, x.to(DEV), dim, keep)
+            rv, _ = _statistic(fn, x, dim, keep)
+            exact(v, rv, f"{name} values dim={dim}")
+            picked = torch.gather(x, dim, i.cpu() if keep else i.cpu().unsqueeze(dim))
+            exact(picked if keep else picked.squeeze(dim), rv, f"{name} indices select the values")
+        if fn is not None:
+            exact(fn(x.to(DEV)), fn(x), f"{name} of all")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32])
+def test_cummax_cummin_logcumsumexp(dtype):
+    x = (randn(3, 9, seed=61) * 3).round().to(dtype)
+    if dtype.is_floating_point:
+        x[2, 4] = math.nan
+    for fn in (torch.cummax, torch.cummin):
+        for dim in (0, 1):
+            v, i = fn(x.to(DEV), dim)
+            rv, ri = fn(x, dim)
+            exact(v, rv, f"{fn.__name__} dim={dim}")
+            exact(i, ri, f"{fn.__name__} indices (the last of equal values, as the CPU)")
+    y = randn(3, 40, seed=62) * 10
+    y[0, :5] = -math.inf
+    ref = torch.logcumsumexp(y.double(), 1)
+    within(torch.logcumsumexp(y.to(DEV), 1), ref, FP32 * math.log2(40) * (ref.abs() + 1), "logcumsumexp")

@@ -19,6 +19,7 @@ FAMILIES = (
     "sampling",
     "ctc",
     "embedding_bag",
+    "upsample",
 )
 
 

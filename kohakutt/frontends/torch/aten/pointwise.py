@@ -3,6 +3,11 @@
 Each aten op maps to one IR op. Inputs are cast on the device to the dtype PyTorch computes in (its type promotion:
 ``torch.result_type``), and the result is stored in the output's dtype as the card's packer does. The functional,
 ``.out`` and in-place overloads share one implementation.
+
+Some are short compositions of IR ops where PyTorch's meaning differs from the IR op's or no single IR op exists:
+arithmetic on two bools is logic; ``sign`` / ``sgn`` and ``heaviside`` give 0 for NaN (the IR ops keep NaN);
+``isposinf`` / ``isneginf``, PReLU, log-sigmoid's forward / backward pair, GLU, hard / soft shrink, logit, sinc,
+entr, xlog1py, angle of real numbers, and the Bessel function I0 (power series / asymptotic expansion in fp32).
 """
 
 from __future__ import annotations
@@ -92,7 +97,6 @@ UNARY_SAME = {  # the result keeps the input's dtype
     "neg": "neg",
     "negative": "neg",
     "relu": "relu",
-    "sign": "sign",
     "floor": "floor",
     "ceil": "ceil",
     "trunc": "trunc",
@@ -141,7 +145,11 @@ _register("round", _round, ("round",))
 
 # ------------------------------------------------------------------------------------------------------ binary
 def _other(a: Args) -> Any:
-    return a["other"] if "other" in a else a["exponent"]
+    """The second operand, whatever the schema calls it (``other``; pow's ``exponent``; heaviside's ``values``)."""
+    for name in ("other", "exponent", "values"):
+        if name in a:
+            return a[name]
+    raise KeyError(f"no second operand among {sorted(a)}")
 
 
 def _rt(a: Args, x: str = "self", y: str = "other") -> torch.dtype:
@@ -168,7 +176,6 @@ BINARY = {  # aten -> (IR op, compute dtype rule)
     "logaddexp": ("logaddexp", "float"),
     "logaddexp2": ("logaddexp2", "float"),
     "xlogy": ("xlogy", "float"),
-    "heaviside": ("heaviside", "promote"),
     "bitwise_and": ("bitwise_and", "promote"),
     "bitwise_or": ("bitwise_or", "promote"),
     "bitwise_xor": ("bitwise_xor", "promote"),
@@ -505,3 +512,132 @@ def _i0(a: Args, outs: list[torch.Tensor]) -> None:
         tail = tail + c * power
     asymptotic = torch.exp(m) * torch.rsqrt(m * (2 * math.pi)) * tail
     outs[0].copy_(torch.where(m < _I0_SWITCH, series, asymptotic))
+
+
+# ----------------------------------------------------------------------------- activations composed of tt ops
+def _composite_unary(fn: Callable[[Args], torch.Tensor]) -> Callable[[Args, list[torch.Tensor]], None]:
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        if outs[0].numel():
+            outs[0].copy_(fn(a))
+
+    return impl
+
+
+def _glu_halves(a: Args) -> tuple[torch.Tensor, torch.Tensor]:
+    first, second = a.self.chunk(2, dim=int(a.dim))
+    return first, second
+
+
+computed("glu", "glu.out", ir=("sigmoid", "mul"))(
+    _composite_unary(lambda a: _glu_halves(a)[0] * torch.sigmoid(_glu_halves(a)[1]))
+)
+
+
+@computed("glu_backward", "glu_backward.grad_input", ir=("sigmoid", "mul", "sub", "concat"))
+def _glu_backward(a: Args, outs: list[torch.Tensor]) -> None:
+    """d/da = g * sigmoid(b), d/db = g * a * sigmoid(b) * (1 - sigmoid(b)), side by side along ``dim``."""
+    first, second = _glu_halves(a)
+    gate = torch.sigmoid(second)
+    g = a.grad_output
+    outs[0].copy_(torch.cat([g * gate, g * first * gate * (1 - gate)], dim=int(a.dim)))
+
+
+def _shrink(soft: bool) -> Callable[[Args], torch.Tensor]:
+    def fn(a: Args) -> torch.Tensor:
+        x, lam = a.self, _scalar(a.get("lambd", 0.5))
+        if not soft:
+            return torch.where((x > lam) | (x < -lam), x, 0.0)
+        return torch.where(x > lam, x - lam, torch.where(x < -lam, x + lam, 0.0))
+
+    return fn
+
+
+def _shrink_backward(a: Args) -> torch.Tensor:
+    x, lam = a.self, _scalar(a.lambd)
+    grad = a["grad_out"] if "grad_out" in a else a["grad_output"]  # hardshrink_backward names it grad_out
+    return torch.where((x > lam) | (x < -lam), grad, 0.0)
+
+
+computed("hardshrink", "hardshrink.out", ir=("gt", "lt", "where"))(_composite_unary(_shrink(False)))
+computed("softshrink", "softshrink.out", ir=("gt", "lt", "sub", "add", "where"))(_composite_unary(_shrink(True)))
+for _name in ("hardshrink_backward", "softshrink_backward"):
+    computed(_name, f"{_name}.grad_input", ir=("gt", "lt", "where"))(_composite_unary(_shrink_backward))
+
+
+def _logit(a: Args) -> torch.Tensor:
+    x, eps = a.self.to(_float(a.self.dtype)), a.get("eps")
+    if eps is not None:
+        x = x.clamp(eps, 1 - eps)
+    return torch.log(x / (1 - x))
+
+
+def _logit_backward(a: Args) -> torch.Tensor:
+    x, eps, g = a.self, a.get("eps"), a.grad_output
+    grad = g / (x * (1 - x))
+    if eps is None:
+        return grad
+    return torch.where((x < eps) | (x > 1 - eps), 0.0, grad)
+
+
+computed("logit", "logit.out", "logit_", ir=("clamp", "sub", "div", "log"))(_composite_unary(_logit))
+computed("logit_backward", "logit_backward.grad_input", ir=("mul", "sub", "div", "where"))(
+    _composite_unary(_logit_backward)
+)
+
+
+def _sign(a: Args, outs: list[torch.Tensor]) -> None:
+    """-1, 0 or 1; 0 for NaN, as PyTorch computes it ((0 < x) - (x < 0)); the IR's sign keeps NaN."""
+    if a.self.dtype == torch.bool:
+        outs[0].copy_(a.self)
+        return
+    signs = ir("sign", [a.self], None, None, a._index, a.self.dtype)[0]
+    if a.self.is_floating_point():
+        nan = ir("isnan", [a.self], None, None, a._index)[0]
+        ir("where", [nan, 0.0, signs], None, outs, a._index, outs[0].dtype)
+        release(a._index, signs, nan)
+        return
+    ir("copy", [signs], None, outs, a._index)
+    release(a._index, signs)
+
+
+_register("sign", _sign, ("sign", "isnan", "where"))
+_register("sgn", _sign, ("sign", "isnan", "where"))
+
+
+def _sinc(a: Args) -> torch.Tensor:
+    x = a.self.to(_float(a.self.dtype)) * math.pi
+    return torch.where(x == 0, 1.0, torch.sin(x) / x)
+
+
+def _entr(a: Args) -> torch.Tensor:
+    x = a.self.to(_float(a.self.dtype))
+    return torch.where(x > 0, -x * torch.log(x), torch.where(x == 0, 0.0, torch.where(x < 0, -math.inf, x)))
+
+
+def _angle(a: Args) -> torch.Tensor:
+    x = a.self.to(_float(a.self.dtype))
+    return torch.where(x < 0, math.pi, torch.where(torch.isnan(x), x, 0.0))
+
+
+def _xlog1py(a: Args) -> torch.Tensor:
+    """x * log1p(y), 0 where x == 0 unless y is NaN (either operand may be a number)."""
+    dt = _float(torch.result_type(a.self, a.other))
+    dev = next(t.device for t in (a.self, a.other) if isinstance(t, torch.Tensor))
+    x, y = torch.as_tensor(a.self, dtype=dt, device=dev), torch.as_tensor(a.other, dtype=dt, device=dev)
+    return torch.where((x == 0) & ~torch.isnan(y), 0.0, x * torch.log1p(y))
+
+
+computed("sinc", "sinc.out", "sinc_", ir=("mul", "sin", "div", "where"))(_composite_unary(_sinc))
+computed("special_entr", "special_entr.out", ir=("log", "mul", "where"))(_composite_unary(_entr))
+computed("angle", "angle.out", ir=("lt", "isnan", "where"))(_composite_unary(_angle))
+computed(*_overloads("special_xlog1py"), ir=("log1p", "mul", "where"))(_composite_unary(_xlog1py))
+
+
+@computed("heaviside", "heaviside.out", "heaviside_", ir=("eq", "gt", "where"))
+def _heaviside(a: Args, outs: list[torch.Tensor]) -> None:
+    """0 where x < 0, ``values`` where x == 0, 1 where x > 0 -- and 0 for NaN, as PyTorch (NaN > 0 is false); the
+    IR's heaviside keeps NaN."""
+    dt = torch.result_type(a.self, a["values"])
+    check_cast(dt, outs[0])
+    x = a.self
+    outs[0].copy_(torch.where(x == 0, a["values"], (x > 0).to(dt)))

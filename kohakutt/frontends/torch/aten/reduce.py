@@ -9,6 +9,11 @@ stored into PyTorch's output dtype. Where the two differ:
 - float32 maxima and minima (amax, amin, max, min, aminmax) run the exact max / min_with_indices, so the result is an
   element of the input, as PyTorch's gradients of these ops assume (the reduce unit's own maximum is TF32-truncated).
 Intermediate device tensors are freed as soon as the op that reads them is queued (:func:`release`).
+
+A few are compositions of tt ops: ``equal`` (eq, all, one host read of the answer); ``median`` / ``nanmedian`` /
+``kthvalue`` (an on-card stable sort with NaN as +inf, then gathers); ``cummax`` / ``cummin`` / ``logcumsumexp``
+(log-step scans of element-wise combines: exact for the extremes, fp32 log-sum-exps); a negative variance
+``correction`` (the population statistic rescaled by N / (N - c)).
 """
 
 from __future__ import annotations
@@ -276,3 +281,157 @@ computed("_softmax_backward_data", "_softmax_backward_data.out", ir=("softmax_ba
 computed("_log_softmax_backward_data", "_log_softmax_backward_data.out", ir=("log_softmax_backward",))(
     _softmax_backward("log_softmax_backward")
 )
+
+
+# ------------------------------------------------------------------------------- order statistics (by sorting)
+def _order_statistic(x: torch.Tensor, dim: int, keepdim: bool, which: str, k: int = 1):
+    """(values, indices) of the median ("median": NaN if the row has one), the median of the non-NaN values
+    ("nanmedian") or the k-th smallest ("kth", NaN counting as the largest) along ``dim``: an on-card stable sort of
+    the values with NaN as +inf (whatever the sort kernel does with NaN), then gathers."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if x.is_floating_point():
+        nan = torch.isnan(x)
+        key = torch.where(nan, torch.inf, x)
+        real = (~nan).sum(dim)
+    else:
+        nan, key = None, x
+        real = torch.full(x.select(dim, 0).shape, n, dtype=torch.int64, device=x.device)
+    _, order = torch.sort(key, dim=dim, stable=True)
+    if which == "kth":
+        at = torch.full_like(real, k - 1)
+    elif which == "nanmedian":
+        at = ((real - 1) // 2).clamp_min(0)
+    else:
+        at = torch.full_like(real, (n - 1) // 2)
+    index = torch.gather(order, dim, at.clamp(0, n - 1).unsqueeze(dim)).squeeze(dim)
+    if which == "median" and nan is not None:  # a NaN anywhere: the (first) NaN
+        index = torch.where(real < n, torch.argmax(nan.to(torch.int32), dim), index)
+    values = torch.gather(x, dim, index.unsqueeze(dim)).squeeze(dim)
+    return (values.unsqueeze(dim), index.unsqueeze(dim)) if keepdim else (values, index)
+
+
+def _order_impl(which: str):
+    def impl(a: Args, outs: list[torch.Tensor]) -> None:
+        x = a.self
+        if "dim" not in a or a.get("dim") is None:  # over all elements: the value only
+            if x.numel() == 0:
+                outs[0].fill_(math.nan)
+                return
+            v, _ = _order_statistic(x.reshape(-1), 0, False, which)
+            outs[0].copy_(v)
+            return
+        if x.numel() == 0:
+            return
+        v, i = _order_statistic(x, int(a.dim), bool(a.keepdim), which, int(a.get("k", 1)))
+        outs[0].copy_(v)
+        outs[1].copy_(i)
+
+    return impl
+
+
+_ORDER_IR = ("sort", "isnan", "sum", "gather")
+computed("median", "median.out", "median.dim", "median.dim_values", ir=_ORDER_IR)(_order_impl("median"))
+computed("nanmedian", "nanmedian.out", "nanmedian.dim", "nanmedian.dim_values", ir=_ORDER_IR)(_order_impl("nanmedian"))
+computed("kthvalue", "kthvalue.values", ir=_ORDER_IR)(_order_impl("kth"))
+
+
+# ------------------------------------------------------------------------------------------- log-step scans
+def _shifted(x: torch.Tensor, dim: int, by: int) -> torch.Tensor:
+    """x moved ``by`` places along ``dim`` (towards higher positions; the first ``by`` positions repeat x[0])."""
+    head = x.narrow(dim, 0, 1).expand(*[by if d == dim else -1 for d in range(x.dim())])
+    return torch.cat([head, x.narrow(dim, 0, x.shape[dim] - by)], dim=dim)
+
+
+def _positions(x: torch.Tensor, dim: int) -> torch.Tensor:
+    shape = [1] * x.dim()
+    shape[dim] = -1
+    return torch.arange(x.shape[dim], dtype=torch.int64, device=x.device).view(shape).expand(x.shape)
+
+
+def _scan(x: torch.Tensor, dim: int, step: Any) -> list[torch.Tensor]:
+    """Hillis-Steele: after the rounds with shifts 1, 2, 4, ... every position holds the combination of all
+    positions up to it (``step(left, right, has_left)`` combines, associatively)."""
+    by = 1
+    state = step.start(x, dim)
+    pos = _positions(x, dim)
+    while by < x.shape[dim]:
+        left = [_shifted(s, dim, by) for s in state]
+        state = step(left, state, pos >= by)
+        by *= 2
+    return state
+
+
+class _Extreme:
+    """cummax / cummin: the running extreme and the (last) position it came from; NaN wins and sticks, as PyTorch."""
+
+    def __init__(self, largest: bool) -> None:
+        self.largest = largest
+
+    def start(self, x: torch.Tensor, dim: int) -> list[torch.Tensor]:
+        return [x, _positions(x, dim)]
+
+    def __call__(self, left: list[torch.Tensor], right: list[torch.Tensor], has_left: torch.Tensor):
+        (lv, li), (rv, ri) = left, right
+        if rv.is_floating_point():
+            rn, ln = torch.isnan(rv), torch.isnan(lv)
+            keep_right = rn | (~ln & (rv >= lv if self.largest else rv <= lv))
+        else:
+            keep_right = rv >= lv if self.largest else rv <= lv
+        take = has_left & ~keep_right
+        return [torch.where(take, lv, rv), torch.where(take, li, ri)]
+
+
+def _cum_extreme(largest: bool):
+    def helper(self: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, dim: int) -> None:
+        if self.numel() == 0:
+            return
+        x = self if self.dim() else self.reshape(1)
+        d = dim % x.dim()
+        v, i = _scan(x, d, _Extreme(largest))
+        values.copy_(v.reshape(values.shape))
+        indices.copy_(i.reshape(indices.shape))
+
+    return helper
+
+
+kernel("_cummax_helper", kind="composite", ir=("isnan", "ge", "where", "concat"))(_cum_extreme(True))
+kernel("_cummin_helper", kind="composite", ir=("isnan", "le", "where", "concat"))(_cum_extreme(False))
+
+
+class _LogSumExp:
+    def start(self, x: torch.Tensor, dim: int) -> list[torch.Tensor]:
+        return [x]
+
+    def __call__(self, left: list[torch.Tensor], right: list[torch.Tensor], has_left: torch.Tensor):
+        a, b = left[0], right[0]
+        top = torch.maximum(a, b)
+        safe = torch.where(torch.isinf(top), 0.0, top)
+        both = safe + torch.log(torch.exp(a - safe) + torch.exp(b - safe))
+        return [torch.where(has_left, both, b)]
+
+
+def logcumsumexp_fp32(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """log(cumsum(exp(x))) along ``dim`` in fp32: a log-step scan of element-wise log-sum-exps."""
+    x32 = (x if x.dim() else x.reshape(1)).to(torch.float32)
+    (result,) = _scan(x32, dim % x32.dim(), _LogSumExp())
+    return result.reshape(x.shape)
+
+
+@kernel("_logcumsumexp", kind="composite", ir=("maximum", "exp", "log", "add", "where", "concat"))
+def _logcumsumexp(self: torch.Tensor, dim: int) -> torch.Tensor:  # (PyTorch has no meta kernel for it)
+    if not self.is_floating_point():
+        raise RuntimeError(f"logcumsumexp(): expected a floating point input, got {self.dtype}")
+    if self.numel() == 0:
+        return torch.empty_like(self)
+    return logcumsumexp_fp32(self, dim).to(self.dtype)
+
+
+@kernel("_logcumsumexp.out", kind="composite", ir=("maximum", "exp", "log", "add", "where", "concat"))
+def _logcumsumexp_out(self: torch.Tensor, dim: int, *, out: torch.Tensor) -> torch.Tensor:
+    out.resize_(self.shape)
+    if self.numel():
+        out.copy_(logcumsumexp_fp32(self, dim))
+    return out

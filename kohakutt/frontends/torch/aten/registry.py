@@ -10,6 +10,7 @@ outputs exist before the work is queued, and the call returns at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,8 +211,9 @@ def _generic(name: str, impl: Callable[[Args, list[torch.Tensor]], None]) -> Cal
             metas = [meta] if isinstance(meta, torch.Tensor) else list(meta)
             made = [_output(m) for m in metas] if not (b.inplace or b.out) else []
             if meta_key(name, args, kwargs) is not None:  # hashable
-                if len(_META_CACHE) >= META_CACHE_SIZE:
-                    del _META_CACHE[next(iter(_META_CACHE))]  # the oldest signature
+                while len(_META_CACHE) >= META_CACHE_SIZE:
+                    with suppress(KeyError, RuntimeError, StopIteration):  # another thread may evict the same one
+                        del _META_CACHE[next(iter(_META_CACHE))]  # the oldest signature
                 _META_CACHE[key] = (index, metas, made)
         else:
             index, metas, made = hit
@@ -253,7 +255,8 @@ def _operand(x: Any, dev_index: int, compute: torch.dtype | None, stream: Any) -
                 t = tensors.to_device_tensor(x)  # the rare cases: zero bytes, a closed device (raises)
             if t is not None:
                 if compute is not None and x.dtype != compute:
-                    return cast(t, compute, dev_index, stream), True
+                    c = cast(t, compute, dev_index, stream)
+                    return c, c is not t
                 return t, False
         if x.dim() == 0:
             v = x.item()
