@@ -42,6 +42,7 @@ _lib: Any = None
 _callback: Any = None
 _accumulated: dict[int, tuple[int, int]] = {}  # chip -> (allocs, frees) at the last reset
 _alloc_streams: dict[int, Stream] = {}  # data pointer -> the stream current when the storage was made
+_used_on: dict[int, set[Stream]] = {}  # data pointer -> other streams that use the storage (record_stream)
 _free_lock = threading.Lock()
 _free_slots = (ctypes.c_int64 * 256)()
 
@@ -145,9 +146,22 @@ def give_storage(t: Any, nbytes: int, index: int, ndim: int, sizes_strides: Any)
 def _free(ptr: int) -> None:
     buf = _buffers.pop(ptr, None)
     stream = _alloc_streams.pop(ptr, None)
+    used = _used_on.pop(ptr, None) if _used_on else None
     if buf is None or not buf.is_live or buf.device.closed:
         return
-    buf.device.free(buf, stream or current_stream(buf.device.chip_id))
+    buf.device.free(buf, stream or current_stream(buf.device.chip_id), used_on=tuple(used) if used else ())
+
+
+def record_stream(ptr: int, index: int, sid: int) -> None:
+    """``Tensor.record_stream``: the storage at ``ptr`` is used on stream ``sid`` of ``tt:<index>`` too, so its
+    memory is reused only once that stream has run the work queued on it before the storage dies."""
+    if ptr == 0:
+        return  # a zero-byte storage has no memory to hold back
+    if ptr not in _buffers:
+        raise BufferUseError(f"record_stream: address {ptr:#x} is not a live tt storage")
+    s = stream_by_id(index, sid)
+    if s is not _alloc_streams.get(ptr):
+        _used_on.setdefault(ptr, set()).add(s)
 
 
 def empty_cache() -> None:

@@ -110,3 +110,25 @@ def test_tt_view_matches_to_device_tensor_for_views():
         assert fast is not None and fast.buffer is slow.buffer and fast.spec == slow.spec
         assert tuple(fast.strides) == tuple(slow.strides) and fast.offset == slow.offset
     assert tensors.tt_view(torch.empty(0, device=DEV)) is None  # no buffer behind a zero-byte storage
+
+
+def test_record_stream_holds_a_storage_back_until_that_stream_has_run():
+    s = torch.tt.Stream()
+    g = threading.Event()
+    runtime.stream_by_id(0, s.stream_id).enqueue(Command("gate", g.wait))
+    x = torch.arange(555.0).to(DEV)
+    with torch.tt.stream(s):
+        s.wait_stream(torch.tt.default_stream())
+        y = x * 2  # s reads x, behind the gate
+    x.record_stream(s)
+    addr = runtime.buffer_of(x.untyped_storage().data_ptr())[0].address
+    del x
+    gc.collect()
+    z = torch.full((555,), 7.0, device=DEV)  # same size on the default stream: not x's block while s may read it
+    assert runtime.buffer_of(z.untyped_storage().data_ptr())[0].address != addr
+    g.set()
+    s.synchronize()
+    assert torch.equal(y.cpu(), torch.arange(555.0) * 2)
+    w = torch.empty(555, device=DEV)
+    assert runtime.buffer_of(w.untyped_storage().data_ptr())[0].address == addr
+    torch.empty(0, device=DEV).record_stream(s)  # no memory: nothing to hold back

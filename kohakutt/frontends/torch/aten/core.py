@@ -41,6 +41,12 @@ for _name in (
     kernel(_name, kind="view")(_redispatch(_name))
 
 
+@kernel("record_stream", kind="view")
+def record_stream(self: torch.Tensor, s: torch.Stream) -> None:
+    """The storage's memory is not reused until work queued on ``s`` so far has run (as on CUDA)."""
+    runtime.record_stream(self.untyped_storage().data_ptr(), s.device_index, s.stream_id)
+
+
 @kernel("set_.source_Tensor", kind="view")
 def set_tensor(self: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     return aten.set_.source_Storage_storage_offset.redispatch(
