@@ -30,6 +30,17 @@ def gate():
     torch.tt.synchronize()
 
 
+@pytest.fixture
+def side():
+    """A new tt:0 stream held behind a closed gate: ``(stream, gate)``; the gate opens at teardown in any case."""
+    s = torch.tt.Stream()
+    g = threading.Event()
+    runtime.stream_by_id(0, s.stream_id).enqueue(Command("gate", g.wait))
+    yield s, g
+    g.set()
+    torch.tt.synchronize()
+
+
 def settle() -> None:
     gc.collect()
     torch.tt.synchronize()
@@ -80,10 +91,8 @@ def test_memory_allocated_counts_live_bytes_and_reserved_keeps_the_cache():
     assert torch.tt.memory_reserved() == r0 and torch.tt.memory_allocated() == a0
 
 
-def test_a_storage_made_on_a_side_stream_is_reused_there_or_once_that_stream_is_done():
-    s = torch.tt.Stream()
-    g = threading.Event()
-    runtime.stream_by_id(0, s.stream_id).enqueue(Command("gate", g.wait))
+def test_a_storage_made_on_a_side_stream_is_reused_there_or_once_that_stream_is_done(side):
+    s, g = side
     with torch.tt.stream(s):
         x = torch.ones(777, device=DEV) * 3
         addr = runtime.buffer_of(x.untyped_storage().data_ptr())[0].address
@@ -112,10 +121,8 @@ def test_tt_view_matches_to_device_tensor_for_views():
     assert tensors.tt_view(torch.empty(0, device=DEV)) is None  # no buffer behind a zero-byte storage
 
 
-def test_record_stream_holds_a_storage_back_until_that_stream_has_run():
-    s = torch.tt.Stream()
-    g = threading.Event()
-    runtime.stream_by_id(0, s.stream_id).enqueue(Command("gate", g.wait))
+def test_record_stream_holds_a_storage_back_until_that_stream_has_run(side):
+    s, g = side
     x = torch.arange(555.0).to(DEV)
     with torch.tt.stream(s):
         s.wait_stream(torch.tt.default_stream())
