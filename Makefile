@@ -33,6 +33,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/host_transfer.py
 	$(PY) benchmarks/dispatch.py
 	$(PY) benchmarks/mlp_training.py
+	$(PY) benchmarks/sim_kernels.py
+	$(PY) benchmarks/tinygrad_training.py
 
 conformance: $(STAMP)
 	$(PY) -m pytest -q -m conformance

@@ -13,7 +13,7 @@ from typing import Any
 
 
 class HostFallbackWarning(RuntimeWarning):
-    """A KTT kernel ran on the host (tinygrad's PYTHON interpreter) instead of the card."""
+    """A KTT kernel ran on the host (as tinygrad's CPU device's C, or in its PYTHON interpreter) instead of the card."""
 
 
 _lock = threading.Lock()
@@ -41,10 +41,12 @@ def count_op(op: str) -> None:
         _ops[op] += 1
 
 
-def host_run(kind: str, detail: str) -> None:
-    """Count one host run of a kernel whose reason is ``kind``; warn the first time a kind is seen."""
+def host_run(kind: str, detail: str, how: str) -> None:
+    """Count one host run of a kernel whose reason is ``kind``, run ``how`` (``c`` or ``python``); warn the first time
+    a kind is seen."""
     with _lock:
         _host[kind] += 1
+        _counts[f"host_runs_{how}"] += 1
         first = kind not in _warned
         _warned.add(kind)
     if first:
@@ -58,7 +60,8 @@ def host_run(kind: str, detail: str) -> None:
 
 def stats() -> dict[str, Any]:
     """Counters since the process started (or the last :func:`reset`): kernels run on the card (``tile_kernels``),
-    on the host by reason (``host_kernels``), matmuls, gathers, IR ops by name, graph (TinyJit) replays, their
+    on the host by reason (``host_kernels``) and by how they ran there (``host_runs``: compiled C or the PYTHON
+    interpreter), matmuls, gathers, IR ops by name, graph (TinyJit) replays, their
     kernels, and the host seconds those replays took to queue (``graph_replay_host_s``, the JIT's fixed cost)."""
     with _lock:
         return {
@@ -66,6 +69,7 @@ def stats() -> dict[str, Any]:
             "random_kernels": _counts["random_kernels"],
             "host_kernels": dict(_host),
             "host_total": sum(_host.values()),
+            "host_runs": {"c": _counts["host_runs_c"], "python": _counts["host_runs_python"]},
             "matmuls": _counts["matmuls"],
             "split_matmuls": _counts["split_matmuls"],
             "gathers": _counts["gathers"],

@@ -89,7 +89,7 @@ class KTTProgram:
                     "does not compute (KTT_TINYGRAD_DTYPES=error); cast to float32, bfloat16 or int32, "
                     "or unset KTT_TINYGRAD_DTYPES to run such kernels on the host"
                 )
-            stats.host_run(self.host.kind, self.host.detail)
+            stats.host_run(self.host.kind, self.host.detail, self.host.how)
             self.host(bufs, global_size, local_size, vals)
         else:
             assert self.tile is not None

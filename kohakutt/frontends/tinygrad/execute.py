@@ -396,8 +396,20 @@ class TileRunner:
         self._owned = []
 
 
+class _HostBuffer:
+    """A 64-byte-aligned host copy of a KTT buffer, addressed as tinygrad's CPU programs address their buffers."""
+
+    def __init__(self, data: np.ndarray):
+        raw = np.empty(data.nbytes + 64, dtype=np.uint8)
+        start = -raw.ctypes.data % 64
+        self.array = raw[start : start + data.nbytes]
+        self.array[:] = data.reshape(-1).view(np.uint8)
+        self.va_addr = self.array.ctypes.data
+
+
 class HostRunner:
-    """A kernel with no tile form, run by tinygrad's PYTHON interpreter over host copies of its buffers."""
+    """A kernel with no tile form, run on host copies of its buffers: as C compiled by tinygrad's CPU device where that
+    was built (clang present) and ``KTT_TINYGRAD_HOST=cpu`` (the default), else by tinygrad's PYTHON interpreter."""
 
     def __init__(self, dev: Device, payload: dict[str, Any]):
         from tinygrad.device import TinyELF
@@ -405,7 +417,19 @@ class HostRunner:
         from tinygrad.runtime.ops_python import PythonProgram
 
         self.dev, self.kind, self.detail, self.outs = dev, payload["kind"], payload["detail"], payload["outs"]
+        self.globals, self.vars = payload["globals"], payload.get("vars", ())
         self.program = PythonProgram(None, TinyELF(payload["lib"], payload["name"], Target(device="PYTHON"), ()))
+        self.cpu: tuple[Any, Any] | None = None
+        if payload.get("cpu") is not None:
+            from tinygrad.device import Device as TGDevice
+
+            elf, info = payload["cpu"]
+            self.cpu = (TGDevice["CPU"].runtime(elf), info)
+
+    @property
+    def how(self) -> str:
+        """``c`` or ``python``: how the next call runs (``KTT_TINYGRAD_HOST``, and whether C was built)."""
+        return "c" if self.cpu is not None and config.get("KTT_TINYGRAD_HOST") == "cpu" else "python"
 
     def __call__(
         self,
@@ -414,7 +438,17 @@ class HostRunner:
         local_size: tuple[int, ...] | None,
         vals: tuple[int, ...],
     ) -> None:
-        mvs = [memoryview(bytearray(self.dev.read(b.buf, b.offset, b.nbytes).tobytes())) for b in bufs]
-        self.program(*mvs, global_size=global_size, local_size=local_size or (1, 1, 1), vals=vals)
-        for pos in self.outs:
-            self.dev.write(bufs[pos].buf, np.frombuffer(mvs[pos], dtype=np.uint8), bufs[pos].offset)
+        host = [self.dev.read(b.buf, b.offset, b.nbytes) for b in bufs]
+        if self.how == "c":
+            runtime, info = self.cpu
+            var_vals = {name: int(v) for name, v in zip(self.vars, vals) if v is not None}
+            by_slot = dict(zip(self.globals, (_HostBuffer(h) for h in host)))
+            gs, ls = info.launch_dims(var_vals)
+            runtime(*[by_slot[s] for s in info.globals], global_size=gs, local_size=ls, vals=info.vals(var_vals))
+            outs = {pos: by_slot[self.globals[pos]].array for pos in self.outs}
+        else:
+            mvs = [memoryview(bytearray(h.tobytes())) for h in host]
+            self.program(*mvs, global_size=global_size, local_size=local_size or (1, 1, 1), vals=vals)
+            outs = {pos: np.frombuffer(mvs[pos], dtype=np.uint8) for pos in self.outs}
+        for pos, data in outs.items():
+            self.dev.write(bufs[pos].buf, data, bufs[pos].offset)

@@ -8,6 +8,8 @@ lowering; every other device goes through the original unchanged. Nothing of tin
 
 from __future__ import annotations
 
+import platform
+import shutil
 from dataclasses import replace
 from typing import Any
 
@@ -107,19 +109,39 @@ def compile_ast(ast: UOp, renderer: KTTRenderer) -> UOp:
     )
 
 
+def _cpu_program(ast: UOp) -> UOp | None:
+    """``ast`` compiled as tinygrad's own CPU device compiles it (C through clang), or None where that is not
+    available: no clang, or a kernel the C renderer refuses. Built without opening the CPU device (compile workers
+    may not), for the CPU device's target. ``KTT_TINYGRAD_HOST`` chooses between it and the interpreter at run time."""
+    if shutil.which("clang") is None:
+        return None
+    from tinygrad.renderer.cstyle import ClangRenderer
+
+    machine = platform.machine().lower()
+    arch = {"amd64": "x86_64", "aarch64": "arm64"}.get(machine, machine) + ",native"
+    try:
+        return _original(ast, ClangRenderer(Target(device="CPU", arch=arch)))
+    except Exception:  # what the C renderer cannot build still runs in the interpreter
+        return None
+
+
 def _host_program(ast: UOp, why: NoTileForm) -> UOp:
     prg = _original(ast, _python_renderer())
     info: ProgramInfo = prg.arg
     name = f"ktt_host_{info.name}"
+    cpu = _cpu_program(ast)
     payload = {
         "lib": prg.src[3].arg,
         "kind": why.kind,
         "detail": str(why),
         "name": name,
         "globals": info.globals,
+        "vars": tuple(v.expr for v in info.vars),
         "outs": tuple(info.globals.index(s) for s in info.outs if s in info.globals),
+        "cpu": None if cpu is None else (cpu.to_elf(), cpu.arg),
     }
-    src = f"// host fallback ({why}): tinygrad's PYTHON interpreter runs this kernel\n{prg.src[2].arg}"
+    how = "tinygrad's PYTHON interpreter runs this kernel" if cpu is None else "tinygrad's CPU device runs this C"
+    src = f"// host fallback ({why}): {how}\n{(prg if cpu is None else cpu).src[2].arg}"
     return UOp(
         Ops.PROGRAM,
         src=(prg.src[0], prg.src[1], UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=translate.pack(HOST, payload))),

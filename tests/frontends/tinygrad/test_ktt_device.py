@@ -9,6 +9,7 @@ sqrt(K) such errors; data movement (views, gathers, pads, copies) and int32 arit
 from __future__ import annotations
 
 import pathlib
+import shutil
 import warnings
 
 import numpy as np
@@ -228,6 +229,25 @@ def test_other_integers_and_stored_bools_are_counted_by_dtype(dtype, kind):
     after = counters.stats()["host_kernels"]
     assert after.get(kind, 0) > before.get(kind, 0)
     assert after.get("dtype:bool", 0) > before.get("dtype:bool", 0)
+
+
+@pytest.mark.parametrize("how", ["c", "python"])
+def test_host_kernels_run_as_compiled_c_or_interpreted_and_agree(knobs, how):
+    if how == "c" and shutil.which("clang") is None:
+        pytest.skip("the compiled host path needs clang (make setup installs it)")
+    knobs(KTT_TINYGRAD_HOST="cpu" if how == "c" else "python")
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((5, 7)).astype(np.float16)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    before = counters.stats()["host_runs"][how]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ktg.HostFallbackWarning)
+        h = Tensor(a, device="KTT")
+        got = (h * h + 1).numpy()  # a float16 kernel: tinygrad computes it wide and rounds the result once
+        mask = (ktt(x) > 0.25).numpy()  # a stored bool
+    np.testing.assert_array_equal(got, (a.astype(np.float64) ** 2 + 1).astype(np.float16))
+    np.testing.assert_array_equal(mask, x > 0.25)
+    assert counters.stats()["host_runs"][how] >= before + 2
 
 
 def test_dtype_policy_error_raises(knobs):
