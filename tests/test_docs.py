@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,3 +42,14 @@ def test_readme_links_resolve():
             if "://" in target:
                 continue
             assert (md.parent / target).exists(), f"{md.relative_to(ROOT)} links to missing {target}"
+
+
+def test_readme_code_runs():
+    """The README's Python blocks, run in order as one script (later blocks use names the earlier ones define)."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert len(blocks) >= 3
+    done = subprocess.run(
+        [sys.executable, "-c", "\n".join(blocks)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "loss" in done.stdout and "accuracy" in done.stdout
