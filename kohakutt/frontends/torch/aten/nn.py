@@ -20,7 +20,7 @@ How PyTorch 2.13 reaches these on a PrivateUse1 device:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -468,57 +468,26 @@ def batch_norm_forward(
     return tuple(outs)
 
 
-@kernel("native_batch_norm", ir=("batch_norm",))
-def native_batch_norm(
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    running_mean: torch.Tensor | None,
-    running_var: torch.Tensor | None,
-    training: bool,
-    momentum: float,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)[:3]
+def _stats_form(fixed_training: bool | None, has_running: bool = True) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """A (y, save_mean, save_invstd) overload: its arguments are ``input, weight, bias``, then ``running_mean,
+    running_var`` if it has them, then ``training`` unless fixed, then ``momentum, eps``."""
+
+    def form(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, *rest: Any) -> tuple:
+        running, rest = (rest[:2], rest[2:]) if has_running else ((None, None), rest)
+        training, rest = (fixed_training, rest) if fixed_training is not None else (bool(rest[0]), rest[1:])
+        momentum, eps = rest
+        return batch_norm_forward(input, weight, bias, *running, training, momentum, eps)[:3]
+
+    return form
 
 
-@kernel("_native_batch_norm_legit", ir=("batch_norm",))
-def native_batch_norm_legit(
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    running_mean: torch.Tensor,
-    running_var: torch.Tensor,
-    training: bool,
-    momentum: float,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)[:3]
-
-
-@kernel("_native_batch_norm_legit.no_stats", ir=("batch_norm",))
-def native_batch_norm_legit_no_stats(
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    training: bool,
-    momentum: float,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return batch_norm_forward(input, weight, bias, None, None, training, momentum, eps)[:3]
-
-
-@kernel("_native_batch_norm_legit_no_training", ir=("batch_norm",))
-def native_batch_norm_legit_no_training(
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    running_mean: torch.Tensor,
-    running_var: torch.Tensor,
-    momentum: float,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return batch_norm_forward(input, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
+for _name, _form in {
+    "native_batch_norm": _stats_form(None),
+    "_native_batch_norm_legit": _stats_form(None),
+    "_native_batch_norm_legit.no_stats": _stats_form(None, has_running=False),
+    "_native_batch_norm_legit_no_training": _stats_form(False),
+}.items():
+    kernel(_name, ir=("batch_norm",))(_form)
 
 
 @kernel("_native_batch_norm_legit_functional", ir=("batch_norm",))
