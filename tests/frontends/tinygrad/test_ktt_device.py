@@ -17,7 +17,7 @@ import pytest
 
 tinygrad = pytest.importorskip("tinygrad")
 
-from tinygrad import Context, Device, Tensor, dtypes  # noqa: E402
+from tinygrad import Context, Device, Tensor, Variable, dtypes  # noqa: E402
 
 import kohakutt.tinygrad as ktg  # noqa: E402
 from kohakutt import hal  # noqa: E402
@@ -245,8 +245,12 @@ def test_host_kernels_run_as_compiled_c_or_interpreted_and_agree(knobs, how):
         h = Tensor(a, device="KTT")
         got = (h * h + 1).numpy()  # a float16 kernel: tinygrad computes it wide and rounds the result once
         mask = (ktt(x) > 0.25).numpy()  # a stored bool
+        n = Variable("n", 1, 4)  # a symbolic kernel: one program, its size bound per call
+        rows = [(ktt(x)[: n.bind(k)] * 2).sum(axis=0).numpy() for k in (2, 3)]
     np.testing.assert_array_equal(got, (a.astype(np.float64) ** 2 + 1).astype(np.float16))
     np.testing.assert_array_equal(mask, x > 0.25)
+    for k, r in zip((2, 3), rows):
+        close(r, (x[:k].astype(np.float64) * 2).sum(axis=0), 1e-6, scale=float(np.abs(x[:k]).sum()))
     assert counters.stats()["host_runs"][how] >= before + 2
 
 
