@@ -20,6 +20,7 @@ FAMILIES = (
     "ctc",
     "embedding_bag",
     "upsample",
+    "linalg_decomp",
 )
 
 
