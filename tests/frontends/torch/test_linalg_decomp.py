@@ -16,6 +16,12 @@ cond_inf(A) computed in float64 for each matrix, for:
 Gradients run PyTorch's backward formulas, whose products go through the card's matmul: float32 operands reach it as
 TF32 (within TF32 = 3 * 2^-10 per product, tests/frontends/torch/test_linalg.py), and two chained products bound the
 gradient of inv(A).sum() (= -A^-T 1 A^-T) elementwise by 3 * TF32 * (|A^-1|^T |G| |A^-1|^T).
+Cholesky: SPD test matrices B B^T / n + I; the factor within 8 n kappa_2(A) u of LAPACK's (max-relative, as above)
+and its backward error |L L^T - A| <= 2 gamma_(n+1) |L| |L^T| elementwise (Higham, Thm 10.3, a factor 2 to spare);
+cholesky_solve / cholesky_inverse within TAU as the LU solves. QR of standard normal m x n matrices: Householder QR
+is backward stable within c m n u (Higham, Thm 19.4), so Q and R (same signs as LAPACK's) within 8 m n kappa_2(A) u
+of the CPU's, ||Q^T Q - I||_max <= 8 m n u and per column ||Q R - A|| <= 8 m n u ||a_j||. bfloat16: the float32
+bound plus one rounding to bfloat16 (2^-8 of the largest element). Their gradients as solve's (8 TF32 units).
 Singular matrices: info, LU and pivots as LAPACK's (exact zero pivots), non-finite solutions where the CPU has them,
 and the checked forms raise PyTorch's own errors (torch.linalg.LinAlgError / RuntimeError) with the CPU's messages.
 """
@@ -204,3 +210,145 @@ def test_autograd() -> None:
         ref = grads(fn, *[x.float().double() for x in xs], dev="cpu")
         for gg, rr in zip(got, ref):
             assert (gg - rr).abs().max() <= 8 * TF32 * rr.abs().max(), f"{fn}: {(gg - rr).abs().max().item():.3g}"
+
+
+# ---------------------------------------------------------------------------------------------------- Cholesky, QR
+def spd(*shape: int, seed: int = 0) -> torch.Tensor:
+    """float32 symmetric positive-definite matrices B B^T / n + I (B standard normal)."""
+    n = shape[-1]
+    r = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return (r @ r.mT / n + torch.eye(n, dtype=torch.float64)).float()
+
+
+def kappa(a: torch.Tensor) -> torch.Tensor:
+    """2-norm condition number per matrix, in float64."""
+    return torch.linalg.cond(a.double())
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_cholesky(shape: tuple[int, ...]) -> None:
+    a = spd(*shape, seed=shape[-1])
+    a64, n = a.double(), shape[-1]
+    t = 8 * n * kappa(a) * U
+    for upper in (False, True):
+        f, info = torch.linalg.cholesky_ex(a.to(DEV), upper=upper)
+        assert info.dtype == torch.int32 and bool((info.cpu() == 0).all())
+        f0 = torch.linalg.cholesky(a64, upper=upper)
+        close(f, f0, t, f"cholesky {upper=}")
+        lo = f.cpu().double().mT if upper else f.cpu().double()
+        assert torch.equal(lo, lo.tril()), "factor not triangular"
+        # backward error of the factor itself: |L L^T - A| <= gamma_(n+1) |L| |L^T| (with a factor 2 to spare)
+        err = (lo @ lo.mT - a64).abs()
+        assert bool((err <= 2 * (n + 1) * U * (lo.abs() @ lo.abs().mT)).all()), f"L L^T - A {err.max().item():.3g}"
+    close(torch.linalg.cholesky(a.to(DEV)), torch.linalg.cholesky(a64), t, "linalg.cholesky")
+    b = torch.randn(*shape[:-1], 3, generator=torch.Generator().manual_seed(7))
+    lo0 = torch.linalg.cholesky(a)
+    ts = tau(a)  # a solve with the (exact-input) factor: as for LU solves, 8 n cond_inf(A) u
+    for upper in (False, True):
+        fac = lo0.mT if upper else lo0
+        got = torch.cholesky_solve(b.to(DEV), fac.to(DEV), upper=upper)
+        close(got, torch.cholesky_solve(b.double(), fac.double(), upper=upper), ts, f"cholesky_solve {upper=}")
+        got = torch.cholesky_inverse(fac.to(DEV), upper=upper)
+        close(got, torch.cholesky_inverse(fac.double(), upper=upper), ts, f"cholesky_inverse {upper=}")
+
+
+def test_cholesky_not_positive_definite() -> None:
+    bad = torch.tensor([[4.0, 2.0, 1.0], [2.0, -3.0, 1.0], [1.0, 1.0, 5.0]])
+    batch = torch.stack([spd(3, 3, seed=1), bad, -torch.eye(3)])
+    for upper in (False, True):
+        _, info = torch.linalg.cholesky_ex(batch.to(DEV), upper=upper)
+        info0 = torch.linalg.cholesky_ex(batch, upper=upper)[1]
+        assert torch.equal(info.cpu(), info0) and info0.tolist() == [0, 2, 1]
+    lo, info = torch.linalg.cholesky_ex(bad.to(DEV))
+    assert info.item() == 2 and bool(lo.cpu().isfinite().all())
+    # only the triangle LAPACK reads counts: the other one may hold anything
+    a = spd(4, 4, seed=2)
+    junk = torch.randn(4, 4, generator=torch.Generator().manual_seed(5))
+    for upper in (False, True):
+        x = a.triu() + junk.tril(-1) if upper else a.tril() + junk.triu(1)
+        f, info = torch.empty(0, device=DEV), torch.empty(0, dtype=torch.int32, device=DEV)
+        torch.linalg.cholesky_ex(x.to(DEV), upper=upper, out=(f, info))
+        close(f, torch.linalg.cholesky(a.double(), upper=upper), 8 * 4 * kappa(a) * U, f"one triangle {upper=}")
+        assert info.item() == 0
+    assert lo.cpu()[0, 0].item() == 2.0 and lo.cpu()[1, 0].item() == 1.0  # the steps before the failure
+
+    def message(fn, x: torch.Tensor, **kw: bool) -> tuple[type, str]:
+        with pytest.raises((torch.linalg.LinAlgError, RuntimeError)) as e:
+            fn(x, **kw)
+        return e.type, str(e.value)
+
+    ex = lambda x, **kw: torch.linalg.cholesky_ex(x, check_errors=True, **kw)  # noqa: E731
+    for fn in (torch.linalg.cholesky, ex):
+        for x in (bad, batch):
+            for upper in (False, True):
+                assert message(fn, x.to(DEV), upper=upper) == message(fn, x, upper=upper)
+    with pytest.warns(UserWarning):  # torch.cholesky is deprecated
+        assert message(torch.cholesky, bad.to(DEV)) == message(torch.cholesky, bad)
+
+
+def qr_bound(a: torch.Tensor) -> torch.Tensor:
+    """8 m n kappa_2(A) u per matrix: Householder QR is backward stable within c m n u (Higham, Thm 19.4), and Q, R
+    move by kappa_2(A) times that."""
+    m, n = a.shape[-2:]
+    return 8 * m * n * kappa(a) * U
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (5, 5), (7, 4), (4, 7), (2, 6, 3), (24, 24)])
+def test_qr(shape: tuple[int, ...]) -> None:
+    a = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
+    a64 = a.double()
+    m, n = shape[-2:]
+    t = qr_bound(a)
+    eps = 8 * m * n * U
+    for mode in ("reduced", "complete", "r"):
+        q, r = torch.linalg.qr(a.to(DEV), mode=mode)
+        q0, r0 = torch.linalg.qr(a64, mode=mode)
+        assert q.shape == q0.shape and r.shape == r0.shape, mode
+        close(r, r0, t, f"qr R {mode}")  # the same signs as LAPACK's on R's diagonal
+        r64 = r.cpu().double()
+        assert torch.equal(r64, r64.triu())
+        if mode == "r":
+            continue
+        close(q, q0, t, f"qr Q {mode}")
+        q64 = q.cpu().double()
+        eye = torch.eye(q64.shape[-1], dtype=torch.float64)
+        assert (q64.mT @ q64 - eye).abs().max() <= eps, f"Q^T Q - I {mode}"
+        k = min(m, n)
+        recon = q64[..., :, :k] @ r64[..., :k, :]
+        col = a64.norm(dim=-2, keepdim=True)
+        assert bool(((recon - a64).norm(dim=-2, keepdim=True) <= eps * col).all()), f"Q R - A {mode}"
+    q, r = torch.empty(0, device=DEV), torch.empty(0, device=DEV)
+    torch.linalg.qr(a.to(DEV), out=(q, r))
+    close(r, torch.linalg.qr(a64)[1], t, "qr out=")
+
+
+def test_qr_special() -> None:
+    z = torch.linalg.qr(torch.zeros(3, 2).to(DEV), mode="complete")
+    z0 = torch.linalg.qr(torch.zeros(3, 2), mode="complete")
+    assert torch.equal(z[0].cpu().abs(), z0[0].abs()) and torch.equal(z[1].cpu(), z0[1])  # H = I: Q = I, R = 0
+    q, r = torch.linalg.qr(torch.zeros(2, 0, 3).to(DEV))
+    assert q.shape == (2, 0, 0) and r.shape == (2, 0, 3)
+    q, r = torch.linalg.qr(torch.zeros(4, 0).to(DEV), mode="complete")
+    assert torch.equal(q.cpu(), torch.eye(4)) and r.shape == (4, 0)
+    with pytest.raises(RuntimeError, match="qr received unrecognized mode"):
+        torch.linalg.qr(torch.ones(2, 2).to(DEV), mode="full")
+
+
+def test_cholesky_qr_bfloat16_and_grad() -> None:
+    a = spd(4, 4, seed=3).to(torch.bfloat16)  # PyTorch's CPU kernels refuse bfloat16: tt factors it in float32
+    lo = torch.linalg.cholesky(a.to(DEV))
+    assert lo.dtype == torch.bfloat16
+    close(lo, torch.linalg.cholesky(a.double()), 8 * 4 * kappa(a) * U + 2.0**-8, "bf16 cholesky")
+    q, r = torch.linalg.qr(a.to(DEV))
+    q0, r0 = torch.linalg.qr(a.double())
+    close(q, q0, qr_bound(a) + 2.0**-8, "bf16 qr Q")
+    close(r, r0, qr_bound(a) + 2.0**-8, "bf16 qr R")
+    # backward: PyTorch's formulas (triangular solves on tt, products on the matrix engine, TF32 operands)
+    x = spd(2, 6, 6, seed=4).double()
+    for fn in (torch.linalg.cholesky, lambda y: torch.linalg.qr(y)[1]):
+        leaf = x.float().to(DEV).requires_grad_()
+        fn(leaf).sum().backward()
+        ref = x.float().double().requires_grad_()
+        fn(ref).sum().backward()
+        g, g0 = leaf.grad.cpu().double(), ref.grad
+        assert (g - g0).abs().max() <= 8 * TF32 * g0.abs().max(), f"grad error {(g - g0).abs().max().item():.3g}"

@@ -1,5 +1,5 @@
 """Linear-algebra decompositions on ``tt``: LU factorization with partial pivoting and what is built on it (solve,
-inverse, determinant, log-determinant, triangular solves).
+inverse, determinant, log-determinant, triangular solves), Cholesky (factor, solve, inverse) and Householder QR.
 
 Every kernel is a composition of other tt ops run on the card: a Python loop over the static matrix size ``n``, each
 step an argmax of ``|column|`` for the pivot, row swaps by ``gather`` with device index tensors, and the elimination as
@@ -15,6 +15,18 @@ division by zero. ``_linalg_det`` / ``_linalg_slogdet`` factor ``A^T`` for conti
 factors ``A``, as the CPU does, so the ``LU`` / ``pivots`` they return feed PyTorch's backward formulas unchanged.
 bfloat16 matrices are factored in float32 and the results rounded back. The cost is O(n) steps of O(batch * n * n)
 element-wise work: meant for the small / medium matrices of model code, not large dense solves.
+
+Cholesky (``linalg_cholesky_ex``, ``cholesky``) is right-looking on the lower triangle (``upper`` factors the upper
+one as the lower triangle of ``A^T``, as potrf 'U' reads it): exact fp32 steps and a square root, so the computed
+factor satisfies L L^T = A + dA with |dA| <= gamma_(n+1) |L| |L^T| (Higham, Thm 10.3; gamma_k = k u / (1 - k u),
+u = 2^-24), and ``info`` is the order of the first leading minor whose pivot is not > 0, as LAPACK reports it.
+``cholesky_solve`` / ``cholesky_inverse`` are two substitutions with the factor. QR (``linalg_qr``) is Householder's
+with LAPACK geqrf's reflectors (R's diagonal is -sign(alpha) times the column norm, H = I for a zero column below
+the diagonal) and Q accumulated backwards as orgqr does, so Q and R match the CPU's up to rounding; the norms and
+inner products are pairwise folds of exact fp32 additions (the card's ``sum`` / matmul would round their operands to
+TF32), giving Householder QR's backward error: A + dA = Q R with ||da_j|| <= c m n u ||a_j|| per column and
+||Q^T Q - I|| <= c m n u (Higham, Thm 19.4). The column norms are not rescaled: entries beyond ~1e19 overflow.
+PyTorch's CPU kernels refuse bfloat16 for these; ``tt`` factors bfloat16 in float32 and rounds the results back.
 """
 
 from __future__ import annotations
@@ -296,3 +308,172 @@ def _slogdet(a: Args, outs: list[torch.Tensor]) -> None:
     outs[1].copy_(_fold(diag.abs().log(), "add", 0.0))
     outs[2].copy_(lu)
     outs[3].copy_(piv)
+
+
+# ---------------------------------------------------------------------------------------------------- Cholesky
+def cholesky_factor(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cholesky factorization A = L L^T of ``a`` (batch, n, n) float32 on the device, reading its lower triangle
+    only (LAPACK potrf 'L'): right-looking, one column per step by exact fp32 element-wise operations and a square
+    root. Returns (L (batch, n, n) lower, info (batch,) int64 = order of the first leading minor that is not
+    positive-definite, or 0). A matrix whose step ``k`` fails keeps the partly updated values from column ``k`` on
+    (finite; the factor is meaningful only where ``info == 0``, as PyTorch documents)."""
+    b, n, _ = a.shape
+    dev = a.device
+    rows = torch.arange(n, device=dev)
+    below_col = rows.unsqueeze(-1)  # (n, 1) row index
+    w = a.clone()
+    good = torch.ones((b,), dtype=torch.bool, device=dev)
+    heads = []
+    for k in range(n):
+        d = w[:, k, k]
+        heads.append(d)
+        good = good & (d > 0)  # NaN is not positive either
+        lkk = torch.where(good, d, 1.0).sqrt()
+        col = torch.where(rows > k, w[:, :, k] / lkk.unsqueeze(-1), torch.where(rows == k, lkk.unsqueeze(-1), 0.0))
+        new = torch.where(rows == k, col.unsqueeze(-1), w)  # column k of L written (the mask broadcasts over columns)
+        if k < n - 1:
+            trail = (below_col > k) & (rows > k)
+            new = torch.where(trail, w - col.unsqueeze(-1) * col.unsqueeze(-2), new)
+        w = torch.where(good.view(b, 1, 1), new, w)
+    return w.tril(), _first_failure(torch.stack(heads, -1))
+
+
+def _first_failure(d: torch.Tensor) -> torch.Tensor:
+    """(batch,) int64: the 1-based position of the first element of ``d`` (batch, n) that is not > 0, or 0."""
+    n = d.shape[-1]
+    pos = torch.arange(1, n + 1, device=d.device)
+    first = torch.where(d > 0, n + 1, pos).amin(-1)
+    return torch.where(first > n, 0, first)
+
+
+def _cholesky(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, or U = L^T when ``upper`` (..., n, n) float32, info int64 (...)) of ``A`` (..., n, n) any float dtype:
+    ``upper`` factors the upper triangle (LAPACK potrf 'U') as the lower one of ``A^T``."""
+    batch = A.shape[:-2]
+    if A.numel() == 0:
+        return torch.zeros(A.shape, dtype=_F32, device=A.device), torch.zeros(batch, dtype=torch.int64, device=A.device)
+    L, info = cholesky_factor(_batched(A.mT if upper else A))
+    L = L.reshape(A.shape)
+    return (L.mT if upper else L), info.reshape(batch)
+
+
+_CHOL_OPS = ("gt", "eq", "bitwise_and", "where", "sqrt", "div", "mul", "sub", "tril", "amin", "stack")
+
+
+@composite("linalg_cholesky_ex", "linalg_cholesky_ex.L", ir_ops=_CHOL_OPS)
+def _cholesky_ex(a: Args, outs: list[torch.Tensor]) -> None:
+    """torch.linalg.cholesky(_ex) (``upper`` too): ``info`` as LAPACK's, the checked form raises PyTorch's error."""
+    L, info = _cholesky(a.self, bool(a.upper))
+    outs[0].copy_(L)
+    outs[1].copy_(info)
+    if a.check_errors:
+        aten._linalg_check_errors(outs[1], "linalg.cholesky_ex", is_matrix=a.self.dim() == 2)
+
+
+@composite("cholesky", "cholesky.out", ir_ops=_CHOL_OPS)
+def _cholesky_legacy(a: Args, outs: list[torch.Tensor]) -> None:
+    """torch.cholesky (deprecated): the factor, raising PyTorch's error for a matrix that is not positive-definite."""
+    L, info = _cholesky(a.self, bool(a.upper))
+    outs[0].copy_(L)
+    aten._linalg_check_errors(info.to(torch.int32), "cholesky", is_matrix=a.self.dim() == 2)
+
+
+def _cholesky_solve(rhs: torch.Tensor, factor: torch.Tensor, upper: bool) -> torch.Tensor:
+    """X with A X = B for A = L L^T (``factor`` = L) or U^T U (``upper``, ``factor`` = U): two substitutions.
+    ``rhs`` (..., n, r) and ``factor`` (..., n, n) with the same batch shape; float32 result."""
+    n, r = factor.shape[-1], rhs.shape[-1]
+    if rhs.numel() == 0 or factor.numel() == 0:
+        return torch.zeros(rhs.shape, dtype=_F32, device=rhs.device)
+    t, y = _batched(factor), _batched(rhs)
+    if upper:  # U^T (U X) = B
+        y = _triangular(t, y, lower=True, unit=False, trans=True)
+        y = _triangular(t, y, lower=False, unit=False, trans=False)
+    else:  # L (L^T X) = B
+        y = _triangular(t, y, lower=True, unit=False, trans=False)
+        y = _triangular(t, y, lower=False, unit=False, trans=True)
+    return y.reshape(*factor.shape[:-2], n, r)
+
+
+@composite("_cholesky_solve_helper", "_cholesky_solve_helper.out", ir_ops=("div", "mul", "sub", "where"))
+def _cholesky_solve_helper(a: Args, outs: list[torch.Tensor]) -> None:
+    """torch.cholesky_solve (whose broadcasting composite calls this with equal batch shapes)."""
+    outs[0].copy_(_cholesky_solve(a.self, a.A, bool(a.upper)))
+
+
+@composite("cholesky_inverse", "cholesky_inverse.out", ir_ops=("div", "mul", "sub", "where"))
+def _cholesky_inverse(a: Args, outs: list[torch.Tensor]) -> None:
+    """torch.cholesky_inverse: A^-1 from A's Cholesky factor, as the solve of A X = I."""
+    f = a.self
+    eye = torch.eye(f.shape[-1], dtype=_F32, device=f.device).expand(f.shape)
+    outs[0].copy_(_cholesky_solve(eye, f, bool(a.upper)))
+
+
+# ---------------------------------------------------------------------------------------------------- QR
+def householder_qr(a: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    """Householder QR of ``a`` (batch, m, n) float32 on the device, LAPACK geqr2's way: for each column ``k`` a
+    reflector H_k = I - tau_k v_k v_k^T (v_k[k] = 1, zero above) with R[k, k] = beta = -sign(alpha) ||(alpha, x)||
+    (the CPU's sign convention), tau_k = 0 when x (the column below the diagonal) is zero. The inner products are
+    pairwise folds of exact fp32 element-wise sums. Returns (R in the upper triangle, v below it (batch, m, n);
+    the reflectors v_k (batch, m) and tau_k (batch,) for k < min(m, n))."""
+    m, n = a.shape[-2:]
+    dev = a.device
+    rows = torch.arange(m, device=dev)
+    rcol = rows.unsqueeze(-1)  # (m, 1)
+    cols = torch.arange(n, device=dev)
+    r = a.clone()
+    vs: list[torch.Tensor] = []
+    taus: list[torch.Tensor] = []
+    for k in range(min(m, n)):
+        alpha = r[:, k, k]
+        x = r[:, k + 1 :, k]
+        xn2 = _fold(x * x, "add", 0.0)
+        norm = (alpha * alpha + xn2).sqrt()
+        house = xn2 > 0  # LAPACK dlarfg: H = I when x is zero
+        beta = torch.where(house, torch.where(alpha >= 0, -norm, norm), alpha)
+        tau = torch.where(house, (beta - alpha) / torch.where(house, beta, 1.0), 0.0)
+        scale = torch.where(house, alpha - beta, 1.0)  # |alpha - beta| = |alpha| + norm > 0 for a reflector
+        v = torch.where(rows > k, r[:, :, k] / scale.unsqueeze(-1), torch.where(rows == k, 1.0, 0.0))
+        vs.append(v)
+        taus.append(tau)
+        packed = torch.where(rows > k, v, torch.where(rows == k, beta.unsqueeze(-1), r[:, :, k]))
+        new = torch.where(cols == k, packed.unsqueeze(-1), r)
+        if k < n - 1:  # H_k applied to the columns right of k: A - tau v (v^T A)
+            w = _fold((v.unsqueeze(-1) * r).mT, "add", 0.0)  # (b, n): v^T A (v is zero above row k)
+            upd = r - (tau.unsqueeze(-1) * v).unsqueeze(-1) * w.unsqueeze(-2)
+            new = torch.where((rcol >= k) & (cols > k), upd, new)
+        r = new
+    return r, vs, taus
+
+
+def _form_q(vs: list[torch.Tensor], taus: list[torch.Tensor], m: int, cols: int, b: int,
+            device: torch.device) -> torch.Tensor:  # fmt: skip
+    """Q's first ``cols`` columns (batch, m, cols) = H_0 ... H_{k-1} I, accumulated backwards (LAPACK orgqr's way)."""
+    q = torch.eye(m, cols, dtype=_F32, device=device).expand(b, m, cols)
+    for v, tau in zip(reversed(vs), reversed(taus)):
+        w = _fold((v.unsqueeze(-1) * q).mT, "add", 0.0)  # (b, cols): v^T Q
+        q = q - (tau.unsqueeze(-1) * v).unsqueeze(-1) * w.unsqueeze(-2)
+    return q
+
+
+@composite("linalg_qr", "linalg_qr.out",
+           ir_ops=("mul", "add", "sub", "div", "sqrt", "gt", "ge", "eq", "where", "concat", "triu"))  # fmt: skip
+def _linalg_qr(a: Args, outs: list[torch.Tensor]) -> None:
+    """torch.linalg.qr, modes "reduced", "complete" and "r": Householder QR with LAPACK's reflectors, so Q and R
+    match the CPU's up to rounding (R's diagonal carries the signs geqrf gives it)."""
+    A, mode = a.A, a.mode
+    batch, (m, n) = A.shape[:-2], A.shape[-2:]
+    k = min(m, n)
+    qcols = m if mode == "complete" else k
+    rrows = m if mode == "complete" else k
+    nb = 1
+    for s in batch:
+        nb *= s
+    if nb == 0 or m == 0 or n == 0:
+        outs[1].zero_()
+        if mode != "r" and outs[0].numel():
+            outs[0].copy_(torch.eye(m, qcols, dtype=_F32, device=A.device).expand(*batch, m, qcols))
+        return
+    r, vs, taus = householder_qr(_batched(A))
+    outs[1].copy_(r[:, :rrows, :].triu().reshape(*batch, rrows, n))
+    if mode != "r":
+        outs[0].copy_(_form_q(vs, taus, m, qcols, nb, A.device).reshape(*batch, m, qcols))
