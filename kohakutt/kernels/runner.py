@@ -211,27 +211,17 @@ def _layout(op: str, inputs: Sequence[Operand], outs: Sequence[DeviceTensor]) ->
     constant."""
     index: dict[Any, int] = {}
     buffers: list = []
-    in_views: list = []
-    for x in inputs:
-        if isinstance(x, DeviceTensor):
-            b = x.buffer
-            i = index.get(b)
-            if i is None:
-                b.check_live(f"{op} operand")
-                i = index[b] = len(buffers)
-                buffers.append(b)
-            in_views.append((i, x))
-        else:
-            in_views.append((None, x))
-    out_views = []
-    for o in outs:
-        b = o.buffer
+
+    def slot(b: Any) -> int:
         i = index.get(b)
         if i is None:
             b.check_live(f"{op} operand")
             i = index[b] = len(buffers)
             buffers.append(b)
-        out_views.append((i, o))
+        return i
+
+    in_views = [(slot(x.buffer), x) if isinstance(x, DeviceTensor) else (None, x) for x in inputs]
+    out_views = [(slot(o.buffer), o) for o in outs]
     return tuple(buffers), in_views, out_views
 
 

@@ -21,16 +21,6 @@ DEV = torch.device("tt", 0)
 
 
 @pytest.fixture
-def gate():
-    """Hold the default stream of tt:0 behind a closed gate: queued work waits until ``gate.set()``."""
-    g = threading.Event()
-    runtime.device(0).default_stream.enqueue(Command("gate", g.wait))
-    yield g
-    g.set()
-    torch.tt.synchronize()
-
-
-@pytest.fixture
 def side():
     """A new tt:0 stream held behind a closed gate: ``(stream, gate)``; the gate opens at teardown in any case."""
     s = torch.tt.Stream()

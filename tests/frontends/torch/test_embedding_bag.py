@@ -19,6 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from tt_checks import gen, within
 
 DEV = torch.device("tt", 0)
 FP32 = 2.0**-20
@@ -28,19 +29,6 @@ IDX = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0, 0])
 OFF = torch.tensor([0, 4, 4, 7])  # bags [1 2 4 5], [], [4 3 2], [9 0 0]
 
 
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def within(actual: torch.Tensor, ref: torch.Tensor, bound, what: str) -> None:
-    actual, ref = actual.detach().cpu().double(), ref.detach().double()
-    assert actual.shape == ref.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(ref.shape)}"
-    err = (actual - ref).abs()
-    bound = torch.as_tensor(bound, dtype=torch.float64).expand_as(err)
-    worst = int(torch.argmax((err - bound).reshape(-1))) if err.numel() else 0
-    assert bool((err <= bound).all()), (
-        f"{what}: error {err.reshape(-1)[worst]:.3g} > bound {bound.reshape(-1)[worst]:.3g} at {worst}"
-    )
 
 
 CASES = [("sum", None, False), ("sum", 0, False), ("sum", None, True), ("sum", 0, True), ("mean", None, False),

@@ -26,16 +26,6 @@ DEV = torch.device("tt", 0)
 STORED = [torch.float32, torch.bfloat16, torch.int32, torch.int64, torch.bool, torch.uint8, torch.uint16, torch.uint32]
 
 
-@pytest.fixture
-def gate():
-    """Hold the default stream of tt:0 behind a closed gate: queued work waits until ``gate.set()``."""
-    g = threading.Event()
-    runtime.device(0).default_stream.enqueue(Command("gate", g.wait))
-    yield g
-    g.set()
-    torch.tt.synchronize()
-
-
 def values(dtype: torch.dtype, n: int = 67) -> torch.Tensor:
     """``n`` CPU values of ``dtype`` covering its edge cases (signs, zeros, extremes, specials for floats)."""
     g = torch.Generator().manual_seed(n)
