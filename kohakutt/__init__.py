@@ -37,6 +37,7 @@ __all__ = [
     "ProgramError",
     "TraceError",
     "__version__",
+    "capture",
     "cpu_fallback",
     "device",
     "numerics",
@@ -49,6 +50,14 @@ def device(index: int = 0):
     from kohakutt.frontends.torch import device as _device
 
     return _device(index)
+
+
+def capture(fn, *args, warmup: int = 3, **kwargs):
+    """Record ``fn(*args, **kwargs)`` on the card once (after ``warmup`` eager calls) and return a replay that queues
+    the whole step as one device command (:class:`kohakutt.frontends.torch.capture.Replay`)."""
+    from kohakutt.frontends.torch.capture import capture as _capture
+
+    return _capture(fn, *args, warmup=warmup, **kwargs)
 
 
 def cpu_fallback(enabled: bool | None = True) -> None:

@@ -18,6 +18,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").rglob("*.py"))
 BENCHMARKS = {  # the shortest round each benchmark offers
+    "benchmarks/capture.py": ["--steps", "2"],
     "benchmarks/dispatch.py": ["--ops", "20", "--rounds", "2"],
     "benchmarks/host_transfer.py": ["--size-mb", "1", "--repeat", "1"],
     "benchmarks/mlp_training.py": ["--steps", "1", "--warmup", "1"],

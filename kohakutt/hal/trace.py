@@ -2,13 +2,14 @@
 
 While a stream captures, its commands are recorded, not run. Buffers allocated during the capture belong to the
 trace and live until it is released; frees during the capture are deferred to the release too, since the replay
-still uses those buffers. Host reads and writes cannot be captured.
+still uses those buffers, and so are frees of the trace's own buffers after the capture. Host reads and writes
+cannot be captured.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from kohakutt.errors import TraceError
 from kohakutt.hal.stream import Command
@@ -30,6 +31,7 @@ class Trace:
         self.deferred_frees: list[Buffer] = []
         self._ended = False
         self._released = False
+        self._plan: tuple[list[Buffer], dict[int, list[int]], float] | None = None
 
     def _record(self, cmd: Command) -> None:
         self.commands.append(cmd)
@@ -37,6 +39,8 @@ class Trace:
     @property
     def buffers(self) -> list[Buffer]:
         """Every buffer a recorded command uses, in first-use order."""
+        if self._ended and self._plan is not None:
+            return list(self._plan[0])
         seen: dict[int, Buffer] = {}
         for cmd in self.commands:
             for b in cmd.buffers:
@@ -53,28 +57,54 @@ class Trace:
     def estimate_ns(self) -> float:
         return sum(c.estimate_ns for c in self.commands)
 
+    def _replay_plan(self) -> tuple[list[Buffer], dict[int, list[int]], float]:
+        """Worked out once the capture has ended (the list no longer changes): the buffers, which commands use
+        each buffer, and the estimate."""
+        if self._plan is None:
+            uses: dict[int, list[int]] = {}
+            seen: dict[int, Buffer] = {}
+            for i, cmd in enumerate(self.commands):
+                for b in cmd.buffers:
+                    seen.setdefault(b.id, b)
+                    uses.setdefault(b.id, []).append(i)
+            self._plan = (list(seen.values()), uses, self.estimate_ns)
+        return self._plan
+
     def replay(self, bindings: Mapping[Buffer, Buffer] | None = None, *, stream: Stream | None = None,
-               blocking: bool = False) -> None:
-        """Queue the whole recorded list as one command; ``bindings`` maps captured buffers to stand-ins."""
+               blocking: bool = False, args: Mapping[int, Mapping[str, Any]] | None = None) -> None:
+        """Queue the whole recorded list as one command; ``bindings`` maps captured buffers to stand-ins, ``args``
+        maps a command's index in :attr:`commands` to arguments that replace its recorded ones for this replay
+        (a random draw's place in the stream, say)."""
         if self._released:
             raise TraceError(f"trace {self.name!r} was released; capture it again")
         if not self._ended:
             raise TraceError(f"trace {self.name!r} is still capturing; end the capture before replaying it")
-        swap = self._check_bindings(bindings or {})
-        for b in self.buffers:
+        buffers, uses, estimate = self._replay_plan()
+        swap = self._check_bindings(bindings) if bindings else {}
+        for b in buffers:
             if b.id not in swap:
                 b.check_live(f"replaying trace {self.name!r}")
-        plan = [(c, tuple(swap.get(b.id, b) for b in c.buffers)) for c in self.commands]
+        commands = self.commands
+        rebound: dict[int, tuple[Buffer, ...]] = {}
+        for bid in swap:
+            for i in uses.get(bid, ()):
+                if i not in rebound:
+                    rebound[i] = tuple(swap.get(b.id, b) for b in commands[i].buffers)
+        extra = dict(args) if args else {}
 
         def run_all() -> None:
-            for cmd, bufs in plan:
+            for i, cmd in enumerate(commands):
                 try:
-                    cmd.execute(bufs)
+                    more = extra.get(i)
+                    if more:
+                        cmd.run(*rebound.get(i, cmd.buffers), **(cmd.args | dict(more)))
+                    else:
+                        cmd.execute(rebound.get(i))
                 except BaseException as e:
                     raise TraceError(f"command {cmd.name!r} inside trace {self.name!r} failed: {e}") from e
 
         s = stream or self.device.default_stream
-        s.enqueue(Command(f"trace:{self.name}", run_all, (), {}, self.estimate_ns))
+        s.enqueue(Command(f"trace:{self.name}", run_all, (), {}, estimate))
         if blocking:
             s.synchronize()
 
@@ -98,17 +128,25 @@ class Trace:
             swap[old.id] = new
         return swap
 
-    def release(self) -> None:
-        """Free the buffers the trace owns and the frees it deferred. The trace cannot be replayed after this."""
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self, keep: Iterable[Buffer] = ()) -> None:
+        """Free the buffers the trace owns and the frees it deferred. Owned buffers in ``keep`` (ones a frontend's
+        tensors still hold) are handed over instead: they stay live and are freed as any buffer is. The trace
+        cannot be replayed after this."""
         if self._released:
             return
         self._released = True
         self.device.synchronize()
+        kept = {b.id for b in keep}
+        freed = {b.id for b in self.deferred_frees}
         for b in self.owned + self.deferred_frees:
             b.trace = None
-            if b.is_live:
+            if b.is_live and (b.id in freed or b.id not in kept):
                 self.device.free(b)
-        self.owned, self.deferred_frees, self.commands = [], [], []
+        self.owned, self.deferred_frees, self.commands, self._plan = [], [], [], None
 
     def __repr__(self) -> str:
         return (f"Trace({self.name!r}, {len(self.commands)} commands, {len(self.owned)} owned buffers, "

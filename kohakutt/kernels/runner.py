@@ -191,12 +191,23 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
                 raise ShapeError(f"{op}: out tensor has shape {o.shape}, the result has {s.shape}")
     buffers, in_views, out_views = _layout(op, inputs, outs)
     impl = plan.impl
-    seed = _next_seed(dev, plan.draws) if impl.random else (0, 0)
-    dev.enqueue(Command(op, _execute, buffers,
-                        {"impl": impl, "in_views": in_views, "out_views": out_views, "in_specs": specs,
-                         "attrs": bound, "numerics": plan.numerics, "out_specs": out_specs, "seed": seed},
-                        plan.estimate_ns), stream)
+    kwargs = {"impl": impl, "in_views": in_views, "out_views": out_views, "in_specs": specs, "attrs": bound,
+              "numerics": plan.numerics, "out_specs": out_specs, "seed": (0, 0)}
+    if impl.random:
+        kwargs["seed"], kwargs["draws"] = _next_seed(dev, plan.draws), plan.draws
+    dev.enqueue(Command(op, _execute, buffers, kwargs, plan.estimate_ns), stream)
     return outs
+
+
+def random_draws(commands: Sequence[Command]) -> list[tuple[int, int]]:
+    """(index, draws) of each random draw among recorded ``commands``: a trace's replay gives each the next
+    block of the chip's random stream (:func:`next_seeds`), so replays draw new numbers, as eager ops would."""
+    return [(i, c.args["draws"]) for i, c in enumerate(commands) if c.run is _execute and "draws" in c.args]
+
+
+def next_seeds(device: Device, draws: Sequence[tuple[int, int]]) -> dict[int, dict[str, Any]]:
+    """The replacement arguments that move the recorded random draws ``draws`` to the next blocks of the stream."""
+    return {i: {"seed": _next_seed(device, n)} for i, n in draws}
 
 
 def _check_devices(op: str, inputs: Sequence[Operand], out: Sequence[DeviceTensor] | None, dev: Device) -> None:
@@ -226,7 +237,8 @@ def _layout(op: str, inputs: Sequence[Operand], outs: Sequence[DeviceTensor]) ->
 
 
 def _execute(*buffers: Any, impl: registry.Impl, in_views: list, out_views: list, in_specs: list[Spec],
-             attrs: dict[str, Any], numerics: Numerics, out_specs: list[TensorSpec], seed: tuple[int, int]) -> None:
+             attrs: dict[str, Any], numerics: Numerics, out_specs: list[TensorSpec], seed: tuple[int, int],
+             draws: int = 0) -> None:
     views = [b.device.backend.host_view(b) for b in buffers]
     values = [decode(_rebind(t, buffers[i]), views[i]) if i is not None else t for i, t in in_views]
     call = registry.SimCall(impl.op, values, in_specs, attrs, numerics, out_specs, seed)

@@ -129,6 +129,39 @@ def test_trace_records_then_replays_with_new_buffers(dev):
         tr.replay()
 
 
+def _add(src, dst, *, k=1):
+    dst.handle[:] = src.handle + k
+
+
+def test_a_replay_can_replace_recorded_arguments(dev):
+    a = dev.upload(np.zeros(64, np.uint8), layout="row_major")
+    with dev.capture() as tr:
+        out = dev.allocate(64)
+        dev.enqueue(Command("addk", _add, (a, out), {"k": 1}))
+    tr.replay(args={0: {"k": 5}}, blocking=True)
+    assert np.all(dev.read(out) == 5)
+    tr.replay(blocking=True)  # the recorded argument again
+    assert np.all(dev.read(out) == 1)
+    tr.release()
+
+
+def test_the_traces_own_buffers_stay_with_it_until_release(dev):
+    """Freed after the capture while the trace lives: kept (a replay writes them); ``keep`` hands buffers over."""
+    a = dev.upload(np.zeros(64, np.uint8), layout="row_major")
+    with dev.capture() as tr:
+        tmp, out = dev.allocate(64), dev.allocate(64)
+        dev.enqueue(Command("add1", _add_one, (a, tmp)))
+        dev.enqueue(Command("add1", _add_one, (tmp, out)))
+    dev.free(tmp)
+    assert tmp.is_live and tr.deferred_frees == [tmp]
+    tr.replay(blocking=True)
+    tr.release(keep=[out, tmp])  # tmp was freed already: freed now; out stays, as an ordinary buffer
+    assert not tmp.is_live and out.is_live and out.trace is None
+    assert np.all(dev.read(out) == 2)
+    dev.free(out)
+    assert not out.is_live
+
+
 def test_trace_misuse_is_rejected(dev):
     a = dev.allocate(64)
     other = dev.allocate(128)

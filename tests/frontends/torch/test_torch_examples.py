@@ -55,6 +55,8 @@ def test_readme_pytorch_code_runs():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile("\n".join(blocks), "README.md", "exec"), {})
-    losses = [float(x) for x in re.findall(r"loss ([0-9.]+)", out.getvalue())]
+    losses = [float(x) for x in re.findall(r"(?m)^loss ([0-9.]+)", out.getvalue())]
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert "accuracy" in out.getvalue()
+    traced = float(re.search(r"trace loss ([0-9.]+)", out.getvalue()).group(1))  # the captured step, replayed
+    assert traced < losses[-1]

@@ -1,0 +1,259 @@
+"""``kohakutt.capture``: a step of ordinary PyTorch code recorded once as a device trace and replayed as one command.
+
+Capture runs the function a few times eagerly (``warmup``: optimizers make their state on their first step), then
+once more with the chip's stream recording instead of running (:meth:`kohakutt.hal.Device.capture`). What the
+function queued is the trace; a replay queues it again as a single command, so the host does no per-op work.
+
+The rules are CUDA graphs' rules, checked where they can be:
+
+- Tensors the trace makes (intermediates, outputs) belong to it and live until the :class:`Replay` is released;
+  the outputs are the same tensors on every replay, overwritten by the next one (clone what you keep).
+- Host work is not replayed. Reading a result inside the function (``.item()``, ``.cpu()``) raises
+  :class:`~kohakutt.errors.TraceError`, as does changing a CPU tensor in place (a step counter kept on the host).
+  Optimizers stepped inside the function are switched to ``capturable=True`` during warmup, which moves their step
+  counters to the card; Python numbers the function reads (a learning rate set from outside) are baked in.
+- Random draws take the next block of the chip's random stream on every replay, as eager ops would.
+- A replay takes new arguments of the captured shapes, dtypes and strides: a tensor that fills its whole storage is
+  used in place of the captured one, any other is copied into the captured tensor first (and back after, in case
+  the step wrote to it). Other arguments must equal the captured ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from kohakutt.errors import TraceError
+from kohakutt.frontends.torch import runtime
+from kohakutt.hal.buffer import Buffer
+from kohakutt.hal.trace import Trace
+from kohakutt.kernels import runner
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["Replay", "capture"]
+
+
+class _HostStateGuard(TorchDispatchMode):
+    """Refuses in-place changes of CPU tensors while capturing: a replay would not repeat them."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        schema = func._schema
+        if schema.is_mutable:
+            values = [*args, *[kwargs.get(a.name) for a in schema.arguments[len(args):]]]
+            for arg, value in zip(schema.arguments, values):
+                info = arg.alias_info
+                if info is None or not info.is_write:
+                    continue
+                for t in value if isinstance(value, list | tuple) else (value,):
+                    if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                        raise TraceError(
+                            f"{func} changes a CPU tensor ({tuple(t.shape)}, {t.dtype}) inside the captured function: "
+                            "a replay runs only the card's work, so the change would happen once, not on every "
+                            "replay; keep that state on the card (optimizers: capturable=True)"
+                        )
+        return func(*args, **kwargs)
+
+
+def _capturable_optimizers(switched: list[torch.optim.Optimizer]) -> Callable[..., None]:
+    """A global optimizer pre-step hook: groups on tt become ``capturable`` and their step counters move to the
+    card (a trace cannot repeat host-side counting)."""
+
+    def hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        for group in opt.param_groups:
+            params = [p for p in group["params"] if p.device.type == "tt"]
+            if not params or "capturable" not in group or group["capturable"]:
+                continue
+            group["capturable"] = True
+            for p in params:
+                step = opt.state.get(p, {}).get("step")
+                if isinstance(step, torch.Tensor) and step.device != p.device:
+                    opt.state[p]["step"] = step.to(p.device)
+            switched.append(opt)
+
+    return hook
+
+
+def _no_new_state() -> tuple[Callable[..., None], Callable[..., None]]:
+    """While capturing: optimizer state made now would be made again by every replay (zeroed moments, a step
+    counter back at one), so an optimizer must have taken a step before the capture."""
+    had: dict[int, set[int]] = {}
+
+    def pre(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        had[id(opt)] = {id(p) for p, st in opt.state.items() if st}
+
+    def post(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        before = had.pop(id(opt), set())
+        if any(st and id(p) not in before for p, st in opt.state.items()):
+            raise TraceError(
+                f"{type(opt).__name__} made its state (moments, step counters) on a step inside the capture, so "
+                "every replay would make it afresh: capture with warmup >= 1"
+            )
+
+    return pre, post
+
+
+@contextlib.contextmanager
+def _optimizer_hooks(pre: Callable[..., None], post: Callable[..., None] | None = None) -> Iterator[None]:
+    handles = [register_optimizer_step_pre_hook(pre)]
+    if post is not None:
+        handles.append(register_optimizer_step_post_hook(post))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _chip(leaves: list[Any]) -> int | None:
+    chips = {t.device.index or 0 for t in leaves if isinstance(t, torch.Tensor)}
+    if any(isinstance(t, torch.Tensor) and t.device.type != "tt" for t in leaves):
+        bad = next(t for t in leaves if isinstance(t, torch.Tensor) and t.device.type != "tt")
+        raise TraceError(
+            f"capture: an argument is a {bad.device} tensor; a trace cannot copy from the host, so move it to the "
+            "card first (.to('tt'))"
+        )
+    if len(chips) > 1:
+        raise TraceError(f"capture: arguments are on chips {sorted(chips)}; a trace runs on one chip")
+    return chips.pop() if chips else None
+
+
+def _whole(t: torch.Tensor) -> Buffer | None:
+    """The buffer ``t``'s storage is, when the storage is a whole buffer (so a replay may swap it), else None."""
+    ptr = t.untyped_storage().data_ptr()
+    if ptr == 0:
+        return None
+    buf, off = runtime.buffer_of(ptr)
+    return buf if off == 0 and t.untyped_storage().nbytes() == buf.nbytes else None
+
+
+def _kind(t: torch.Tensor) -> tuple[Any, ...]:
+    return (tuple(t.shape), t.dtype, t.device)
+
+
+class Replay:
+    """A captured step. Call it with arguments like the captured ones to queue the whole step as one command; it
+    returns the captured outputs (the same tensors each time). :meth:`release` frees what the trace holds."""
+
+    def __init__(self, fn: Callable[..., Any], trace: Trace, chip: int, spec: Any, leaves: list[Any],
+                 outputs: Any, switched: list[torch.optim.Optimizer]):
+        self.fn = fn
+        self.trace = trace
+        self.chip = chip
+        self._spec = spec
+        self._leaves = leaves
+        self._inputs = {b.id for b in trace.inputs}
+        self._buffers = [_whole(t) if isinstance(t, torch.Tensor) else None for t in leaves]
+        self._draws = runner.random_draws(trace.commands)
+        self.outputs = outputs
+        self.optimizers = switched  # the optimizers the capture made capturable
+        self.replays = 0
+        self.host_s = 0.0  # host time spent queueing replays
+
+    @property
+    def estimate_ms(self) -> float:
+        """The simulator's estimate of the card's time for one replay."""
+        return self.trace.estimate_ns / 1e6
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        if self.trace.released:
+            raise TraceError(f"this capture of {getattr(self.fn, '__name__', self.fn)!r} was released; capture again")
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if spec != self._spec:
+            raise TraceError(f"replay arguments are shaped {spec}, the capture's were {self._spec}")
+        bindings: dict[Buffer, Buffer] = {}
+        copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for i, (old, new) in enumerate(zip(self._leaves, leaves)):
+            if not isinstance(old, torch.Tensor):
+                if isinstance(new, torch.Tensor) or new != old:
+                    raise TraceError(f"replay argument {i} is {new!r}; it was captured as {old!r} (capture again)")
+                continue
+            if not isinstance(new, torch.Tensor) or _kind(new) != _kind(old):
+                got = _kind(new) if isinstance(new, torch.Tensor) else type(new).__name__
+                raise TraceError(f"replay argument {i} is {got}; the capture's was (shape, dtype, device) {_kind(old)}")
+            if new.data_ptr() == old.data_ptr() and new.stride() == old.stride():
+                continue
+            cap = self._buffers[i]
+            buf = _whole(new) if cap is not None and cap.id in self._inputs else None
+            if (buf is not None and cap is not None and buf.same_kind_as(cap) and bindings.get(cap, buf) is buf
+                    and new.stride() == old.stride() and new.storage_offset() == old.storage_offset()):
+                bindings[cap] = buf
+            else:
+                copies.append((old, new))
+        with torch.no_grad():
+            for old, new in copies:
+                old.copy_(new)
+        stream = runtime.current_stream(self.chip)
+        self.trace.replay(bindings, stream=stream, args=runner.next_seeds(self.trace.device, self._draws))
+        if copies:
+            with torch.no_grad():
+                for old, new in copies:
+                    new.copy_(old)  # what the step wrote into its input reaches the caller's tensor, as in eager
+        self.replays += 1
+        self.host_s += time.perf_counter() - t0
+        return self.outputs
+
+    def release(self) -> None:
+        """Free the trace's intermediates. Outputs you still hold stay valid (they become ordinary tensors)."""
+        if self.trace.released or self.trace.device.closed:
+            return
+        runtime.drain_frees()
+        held = [b for b in self.trace.owned if b.data_ptr in runtime._buffers]
+        self.trace.release(keep=held)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown
+            self.release()
+
+    def __repr__(self) -> str:
+        return (f"Replay({getattr(self.fn, '__name__', 'fn')}, tt:{self.chip}, {len(self.trace.commands)} commands, "
+                f"~{self.estimate_ms:.3f} ms on the card, {self.replays} replays)")
+
+
+def capture(fn: Callable[..., Any], *args: Any, warmup: int = 3, **kwargs: Any) -> Replay:
+    """Run ``fn(*args, **kwargs)`` ``warmup`` times, then record one more call as a device trace and return a
+    :class:`Replay` that queues that trace as one command. The recorded call itself does not run: the first replay
+    runs it. See the module's notes for what a trace can hold."""
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    chip = _chip(leaves)
+    if chip is None:
+        raise TraceError("capture: no argument is a tt tensor, so there is no chip to capture on; pass the step's "
+                         "inputs as arguments")
+    dev = runtime.device(chip)
+    switched: list[torch.optim.Optimizer] = []
+    name = getattr(fn, "__name__", "fn")
+    with _optimizer_hooks(_capturable_optimizers(switched)):
+        for _ in range(warmup):
+            fn(*args, **kwargs)
+        dev.synchronize()  # a warmup error surfaces here, before anything is recorded
+        gc.collect()
+        runtime.drain_frees()
+        stream = runtime.current_stream(chip)
+        trace: Trace | None = None
+        try:
+            with _optimizer_hooks(*_no_new_state()), _HostStateGuard(), dev.capture(f"capture:{name}", stream) as trace:
+                outputs = fn(*args, **kwargs)
+                gc.collect()  # storages the step let go of: their frees belong to the trace
+                runtime.drain_frees()
+        except BaseException as e:
+            if trace is not None:
+                gc.collect()
+                runtime.drain_frees()
+                trace.release(keep=[b for b in trace.owned if b.data_ptr in runtime._buffers])
+            if isinstance(e, TraceError):
+                raise TraceError(f"while capturing {name!r}: {e}") from e
+            raise
+    assert trace is not None
+    for t in pytree.tree_leaves(outputs):
+        if isinstance(t, torch.Tensor) and t.device.type != "tt":
+            raise TraceError(f"capture: {name!r} returned a {t.device} tensor; a trace can only return tt tensors")
+    return Replay(fn, trace, chip, spec, leaves, outputs, switched)

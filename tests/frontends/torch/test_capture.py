@@ -1,0 +1,212 @@
+"""``kohakutt.capture``: a step recorded once as a device trace and replayed as one command.
+
+A replay runs the very commands an eager step queues, so its results are compared with an eager twin bit for bit:
+the same model and data, the same optimizer settings, the same place in the chip's random stream. Misuse (host
+reads, host state, shapes that differ) must raise ``TraceError`` and leave the device and tensors as they were.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import kohakutt
+from kohakutt.errors import TraceError
+
+DEV = torch.device("tt", 0)
+
+
+def settle() -> int:
+    gc.collect()
+    torch.tt.synchronize()
+    return torch.tt.memory_allocated()
+
+
+def mlp(dropout: float = 0.0) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(64, 96), nn.LayerNorm(96), nn.Dropout(dropout), nn.SiLU(), nn.Linear(96, 10)
+    ).to(DEV)
+
+
+def data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(32, 64, generator=g).to(DEV), torch.randint(0, 10, (32,), generator=g).to(DEV)
+
+
+def trainer(model: nn.Module, opt: torch.optim.Optimizer):
+    def step(x, y):
+        opt.zero_grad(set_to_none=False)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda p: torch.optim.AdamW(p, lr=1e-2),
+    lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=0.01),
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+], ids=["adamw", "adam", "sgd-momentum"])
+def test_replayed_training_matches_eager_steps_bit_for_bit(make_opt):
+    """Dropout included: each replay draws the next block of the random stream, as the eager step would."""
+    model = mlp(dropout=0.2)
+    opt = make_opt(model.parameters())
+    x, y = data()
+    torch.manual_seed(5)
+    replay = kohakutt.capture(trainer(model, opt), x, y, warmup=2)
+    got = [replay(x, y).item() for _ in range(4)]
+
+    twin = mlp(dropout=0.2)
+    topt = make_opt(twin.parameters())
+    for group in topt.param_groups:
+        if "capturable" in group:
+            group["capturable"] = True  # what the capture switched its optimizer to
+    step = trainer(twin, topt)
+    torch.manual_seed(5)
+    step(x, y), step(x, y)  # the warmup
+    with torch.no_grad():
+        twin(x)  # the recorded call: it took its random block without running
+    want = [step(x, y).item() for _ in range(4)]
+    assert got == want
+    assert got[-1] < got[0]
+    for p, q in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(p.cpu(), q.cpu())
+    if "capturable" in opt.param_groups[0]:
+        assert replay.optimizers == [opt] and opt.param_groups[0]["capturable"]
+        assert opt.state[next(iter(model.parameters()))]["step"].device.type == "tt"
+    replay.release()
+
+
+def test_replay_with_new_inputs_binds_whole_tensors_and_copies_views():
+    w = torch.randn(48, 16).to(DEV)
+
+    def f(a, scale):
+        return torch.relu(a @ w) * scale
+
+    a = torch.randn(8, 48).to(DEV)
+    replay = kohakutt.capture(f, a, 2.0, warmup=1)
+    for _ in range(2):
+        b = torch.randn(8, 48)
+        out = replay(b.to(DEV), 2.0)  # a whole tensor: used in place of the captured one
+        assert torch.equal(out.cpu(), f(b.to(DEV), 2.0).cpu())
+    big = torch.randn(20, 48)
+    view = big.to(DEV)[4:12]  # a view into a larger storage: copied in
+    out = replay(view, 2.0)
+    assert torch.equal(out.cpu(), f(big[4:12].to(DEV), 2.0).cpu())
+    assert out is replay.outputs  # the same tensor every replay
+    replay.release()
+
+
+def test_a_step_that_writes_its_input_writes_the_callers_tensor():
+    def bump(t):
+        t.mul_(2)
+        return t.sum()
+
+    a = torch.ones(4, 32).to(DEV)
+    replay = kohakutt.capture(bump, a, warmup=0)
+    b = torch.arange(128.0).reshape(4, 32)
+    whole = b.to(DEV)  # bound: the replay writes it directly
+    replay(whole)
+    assert torch.equal(whole.cpu(), b * 2)
+    big = torch.zeros(8, 32).to(DEV)
+    big[2:6] = b.to(DEV)
+    s = replay(big[2:6])  # a view: copied in, and back
+    assert s.item() == (b * 2).sum().item()
+    assert torch.equal(big.cpu()[2:6], b * 2) and torch.equal(big.cpu()[:2], torch.zeros(2, 32))
+    replay.release()
+
+
+def test_replay_refuses_arguments_unlike_the_captured_ones_and_stays_usable():
+    a = torch.randn(8, 32).to(DEV)
+    replay = kohakutt.capture(lambda t, k: t * k, a, 3.0, warmup=0)
+    with pytest.raises(TraceError, match="shape, dtype"):
+        replay(torch.randn(4, 32).to(DEV), 3.0)
+    with pytest.raises(TraceError, match=r"captured as 3\.0"):
+        replay(a, 4.0)
+    with pytest.raises(TraceError, match="shaped"):
+        replay(a, 3.0, 1)
+    b = torch.randn(8, 32)
+    assert torch.equal(replay(b.to(DEV), 3.0).cpu(), (b.to(DEV) * 3.0).cpu())
+    replay.release()
+    with pytest.raises(TraceError, match="released"):
+        replay(a, 3.0)
+
+
+def test_host_work_inside_a_capture_is_refused_and_nothing_is_lost():
+    a = torch.arange(16.0).reshape(4, 4).to(DEV)
+    before = settle()
+
+    def reads(t):
+        return t * float((t + 1).sum().item())  # a host read of a result that does not exist yet
+
+    with pytest.raises(TraceError, match=r"while capturing 'reads'.*cannot be captured"):
+        kohakutt.capture(reads, a, warmup=1)
+    counter = torch.zeros(())
+
+    def counts(t):
+        counter.add_(1)  # host state a replay would not advance
+        return t + 1
+
+    with pytest.raises(TraceError, match="changes a CPU tensor"):
+        kohakutt.capture(counts, a, warmup=0)
+    with pytest.raises(TraceError, match="cpu tensor"):
+        kohakutt.capture(lambda t: t + 1, torch.ones(3))
+    assert torch.equal(a.cpu(), torch.arange(16.0).reshape(4, 4))  # values kept
+    assert torch.equal((a * 2).cpu(), torch.arange(16.0).reshape(4, 4) * 2)  # the device still runs ops
+    assert settle() == before  # the failed captures' buffers were freed
+
+
+def test_an_optimizer_without_a_warmup_step_is_refused():
+    model = mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = data()
+    with pytest.raises(TraceError, match="warmup >= 1"):
+        kohakutt.capture(trainer(model, opt), x, y, warmup=0)
+
+
+def test_release_frees_the_intermediates_and_keeps_held_outputs():
+    base = settle()
+    w = torch.randn(64, 64).to(DEV)
+
+    def f(a):
+        h = torch.tanh(a @ w)
+        return h.sum(dim=0), h * 2
+
+    a = torch.randn(64, 64).to(DEV)
+    replay = kohakutt.capture(f, a, warmup=1)
+    during = settle()
+    assert during > base + 2 * 64 * 64 * 4  # the trace holds its intermediates
+    for _ in range(5):
+        replay(a)
+    assert settle() == during  # replays allocate nothing
+    total = replay.outputs[0]
+    replay.release()
+    del replay
+    want = torch.tanh(a.cpu().double() @ w.cpu().double()).sum(dim=0)
+    torch.testing.assert_close(total.cpu().double(), want, rtol=2e-2, atol=0.5)  # held output still readable
+    del total
+    assert settle() == base + 2 * 64 * 64 * 4  # only w and a remain
+
+
+def test_a_trace_keeps_its_buffers_when_its_outputs_are_dropped():
+    """A dropped output's memory stays with the trace: a later tensor cannot take it while replays write it."""
+    a = torch.randn(32, 32).to(DEV)
+    replay = kohakutt.capture(lambda t: t * 2 + 1, a, warmup=0)
+    ref = (a * 2 + 1).cpu()
+    out = replay.outputs
+    replay.outputs = None
+    del out
+    gc.collect()
+    keep = torch.full((32, 32), 7.0, device=DEV)  # same size: would reuse a freed block
+    replay(a)
+    torch.tt.synchronize()
+    assert torch.equal(keep.cpu(), torch.full((32, 32), 7.0))
+    replay.release()
+    assert torch.equal(ref, (a * 2 + 1).cpu())
