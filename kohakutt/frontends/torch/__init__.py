@@ -166,13 +166,14 @@ def _install_printing() -> None:
     """Print tt tensors from one host copy: torch's printer otherwise runs dozens of small ops per tensor on the
     device (one host read per element, and float64 casts the card cannot hold)."""
     from torch import _tensor_str as ts
+    from torch._subclasses.fake_tensor import is_fake
 
     original = ts._str
     if getattr(original, "_ktt", False):
         return
 
     def _str(self: torch.Tensor, *, tensor_contents: str | None = None) -> str:
-        if tensor_contents is None and self.device.type == "tt" and self.layout == torch.strided:
+        if tensor_contents is None and self.device.type == "tt" and self.layout == torch.strided and not is_fake(self):
             with torch.no_grad():
                 host = self.detach().cpu()
             plain = type(self) in (torch.Tensor, torch.nn.Parameter)

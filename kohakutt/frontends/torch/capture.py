@@ -152,6 +152,14 @@ class Replay:
         self._buffers = [_whole(t) if isinstance(t, torch.Tensor) else None for t in leaves]
         self._draws = runner.random_draws(trace.commands)
         self.outputs = outputs
+        self._out_leaves, self._out_spec = pytree.tree_flatten(outputs)
+        storages = {t.untyped_storage().data_ptr(): i for i, t in enumerate(leaves)
+                    if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr()}
+        self._aliases = {  # output position -> (argument position, view): outputs that are views of an argument
+            j: (storages[t.untyped_storage().data_ptr()], tuple(t.shape), t.stride(), t.storage_offset())
+            for j, t in enumerate(self._out_leaves)
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in storages
+        }
         self.optimizers = switched  # the optimizers the capture made capturable
         self.replays = 0
         self.host_s = 0.0  # host time spent queueing replays
@@ -197,8 +205,16 @@ class Replay:
                 for old, new in copies:
                     new.copy_(old)  # what the step wrote into its input reaches the caller's tensor, as in eager
         self.replays += 1
+        out = self.outputs
+        if self._aliases and bindings:  # a view of a rebound argument is that view of the new argument
+            outs = list(self._out_leaves)
+            for j, (i, size, stride, offset) in self._aliases.items():
+                if self._buffers[i] in bindings:
+                    outs[j] = leaves[i].detach().as_strided(size, stride, offset).requires_grad_(
+                        outs[j].requires_grad)
+            out = pytree.tree_unflatten(outs, self._out_spec)
         self.host_s += time.perf_counter() - t0
-        return self.outputs
+        return out
 
     def release(self) -> None:
         """Free the trace's intermediates. Outputs you still hold stay valid (they become ordinary tensors)."""

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch._dynamo.trace_rules
 import torch.utils._pytree as pytree
 from kohakutt.errors import TraceError
 from kohakutt.frontends.torch.capture import Replay, capture
@@ -26,6 +27,11 @@ from kohakutt.frontends.torch.capture import Replay, capture
 __all__ = ["ktt_tt", "ktt_tt_aot", "register", "stats"]
 
 MAX_SIGNATURES = 8  # traces kept per graph; the least recently used is released beyond this
+
+# Dynamo must never trace Kohaku-TT's own Python: a graph's ops reach the tt kernels' Python (through the
+# dispatcher, also in AOTAutograd's epilogues outside the graph), and a traced kernel would be compiled as a user
+# function, again for every new argument type.
+torch._dynamo.trace_rules.add("kohakutt")
 
 stats: Counter[str] = Counter()  # graphs, eager_runs, captures, replays, not_captured
 reasons: dict[str, str] = {}  # graph name -> why it runs op by op
@@ -65,6 +71,7 @@ class CapturedGraph:
     def _run(self, *args: Any) -> Any:
         return self.gm(*args)
 
+    @torch.compiler.disable  # Dynamo must not trace into the tt kernels' Python that the graph's ops reach
     def __call__(self, *args: Any) -> Any:
         key = None if self.eager_only else _signature(args)
         if (key is not None and not self.autograd_safe and torch.is_grad_enabled()

@@ -123,6 +123,15 @@ def test_a_step_that_writes_its_input_writes_the_callers_tensor():
     replay.release()
 
 
+def test_an_output_that_is_a_view_of_an_argument_follows_the_new_argument():
+    a = torch.randn(8, 16).to(DEV)
+    replay = kohakutt.capture(lambda t: (t.t(), t * 2), a, warmup=0)
+    b = torch.randn(8, 16)
+    view, doubled = replay(b.to(DEV))
+    assert torch.equal(view.cpu(), b.t()) and torch.equal(doubled.cpu(), b * 2)
+    replay.release()
+
+
 def test_replay_refuses_arguments_unlike_the_captured_ones_and_stays_usable():
     a = torch.randn(8, 32).to(DEV)
     replay = kohakutt.capture(lambda t, k: t * k, a, 3.0, warmup=0)
@@ -210,3 +219,43 @@ def test_a_trace_keeps_its_buffers_when_its_outputs_are_dropped():
     assert torch.equal(keep.cpu(), torch.full((32, 32), 7.0))
     replay.release()
     assert torch.equal(ref, (a * 2 + 1).cpu())
+
+
+def test_a_transformer_block_under_autocast_replays_as_its_eager_twin():
+    """Attention and layer norm (the own programs), autocast to bf16, on a side stream."""
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm, self.qkv, self.out = nn.LayerNorm(64), nn.Linear(64, 192), nn.Linear(64, 64)
+
+        def forward(self, x):
+            q, k, v = self.qkv(self.norm(x)).view(2, 32, 3, 4, 16).permute(2, 0, 3, 1, 4).unbind(0)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return x + self.out(a.transpose(1, 2).reshape(2, 32, 64))
+
+    def trainer(model, opt):
+        def step(x):
+            opt.zero_grad(set_to_none=False)
+            with torch.autocast("tt", dtype=torch.bfloat16):
+                loss = model(x).float().square().mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return step
+
+    torch.manual_seed(0)
+    model = Block().to(DEV)
+    torch.manual_seed(0)
+    twin = Block().to(DEV)
+    x = torch.randn(2, 32, 64).to(DEV)
+    step = trainer(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    twin_step = trainer(twin, torch.optim.AdamW(twin.parameters(), lr=1e-3, capturable=True))
+    with torch.tt.stream(torch.tt.Stream()):
+        replay = kohakutt.capture(step, x, warmup=1)
+        twin_step(x)
+        got = [replay(x).item() for _ in range(3)]
+        want = [twin_step(x).item() for _ in range(3)]
+    assert got == want and got[-1] < got[0]
+    replay.release()

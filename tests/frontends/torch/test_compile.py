@@ -98,3 +98,26 @@ def test_a_graph_the_card_cannot_record_runs_op_by_op_and_says_why():
     assert ktt_compile.stats["not_captured"] >= 1
     assert any("cannot be captured" in r for r in ktt_compile.reasons.values())
     torch.testing.assert_close(got.cpu().double(), torch.eye(8, dtype=torch.float64), rtol=0, atol=1e-2)
+
+
+def test_batch_norm_training_updates_its_running_statistics_through_the_aot_backend():
+    def conv_net() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+            nn.Linear(8, 4),
+        ).to(DEV)
+
+    model, twin = conv_net(), conv_net()
+    compiled = torch.compile(model, backend="ktt_tt_aot")
+    for i in range(3):
+        x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(i)).to(DEV)
+        got, want = compiled(x), twin(x)
+        got.sum().backward()
+        want.sum().backward()
+        assert torch.equal(got.detach().cpu(), want.detach().cpu())
+    assert ktt_compile.stats["replays"] >= 2
+    assert torch.equal(model[1].running_mean.cpu(), twin[1].running_mean.cpu())  # the buffer mutation reached it
+    assert torch.equal(model[1].running_var.cpu(), twin[1].running_var.cpu())
+    for p, q in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(p.grad.cpu(), q.grad.cpu())
