@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Hashable, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kohakutt import config
-from kohakutt.errors import KohakuTTUnsupportedOperator
+from kohakutt.errors import KohakuTTUnsupportedOperator, TraceError
 from kohakutt.hal.card import CardSpec
 from kohakutt.hal.device import Device
 from kohakutt.hal.stream import Command, Stream
@@ -51,6 +51,22 @@ def rng_state(device: Device) -> tuple[int, int]:
 def set_rng_state(device: Device, state: tuple[int, int]) -> None:
     with _rng_lock:
         _rng[device.chip_id] = [int(state[0]), int(state[1])]
+
+
+_source = threading.local()  # .take: where the calling thread's random ops draw from instead of the chip stream
+
+
+@contextmanager
+def draws_from(take: Callable[[int], tuple[int, int]] | None) -> Iterator[None]:
+    """Random ops queued by this thread inside the block draw from ``take(blocks) -> (seed, offset)`` (a frontend's
+    generator object, say) instead of the chip's stream; ``blocks`` is how many 128-bit Philox blocks the op uses,
+    which ``take`` must skip past. Such draws cannot be captured in a trace: a replay would repeat them."""
+    prev = getattr(_source, "take", None)
+    _source.take = take
+    try:
+        yield
+    finally:
+        _source.take = prev
 
 
 def _next_seed(device: Device, draws: int) -> tuple[int, int]:
@@ -194,7 +210,14 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
     kwargs = {"impl": impl, "in_views": in_views, "out_views": out_views, "in_specs": specs, "attrs": bound,
               "numerics": plan.numerics, "out_specs": out_specs, "seed": (0, 0)}
     if impl.random:
-        kwargs["seed"], kwargs["draws"] = _next_seed(dev, plan.draws), plan.draws
+        take = getattr(_source, "take", None)
+        if take is None:
+            kwargs["seed"], kwargs["draws"] = _next_seed(dev, plan.draws), plan.draws
+        else:
+            if (stream or dev.current_stream).capturing is not None:
+                raise TraceError(f"{op}: a draw from a generator object cannot be captured in a trace (every replay "
+                                 "would repeat its numbers); draw from the default stream inside captured code")
+            kwargs["seed"] = take(max(1, -(-plan.draws // 4)))
     dev.enqueue(Command(op, _execute, buffers, kwargs, plan.estimate_ns), stream)
     return outs
 

@@ -1,6 +1,8 @@
 // The torch glue for the "tt" device: a c10 allocator, a device guard and PrivateUse1 hooks.
 // Everything device-side is decided in Python (the HAL): this file forwards to one callback, so torch and
 // tinygrad share one allocator and one set of statistics. Built against the installed torch's headers only.
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/Generator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -14,6 +16,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -189,7 +192,59 @@ struct TTGuard final : public c10::impl::DeviceGuardImplInterface {
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
 };
 
+// torch.Generator(device="tt"): a Philox stream of its own, (seed, offset) with the offset counted in the stream's
+// 128-bit blocks. The draws are made in Python, which reads and advances the offset (initial_seed / get_offset /
+// set_offset); the state is 16 bytes, seed then offset, little-endian, as torch.tt.get_rng_state's.
+struct TTGenerator final : public c10::GeneratorImpl {
+  explicit TTGenerator(c10::DeviceIndex d)
+      : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, d),
+                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {}
+  void set_current_seed(uint64_t seed) override {
+    seed_ = seed;
+    offset_ = 0;
+  }
+  void set_offset(uint64_t offset) override { offset_ = offset; }
+  uint64_t get_offset() const override { return offset_; }
+  uint64_t current_seed() const override { return seed_; }
+  uint64_t seed() override {
+    std::random_device rd;
+    uint64_t s = (static_cast<uint64_t>(rd()) << 32) | rd();
+    set_current_seed(s);
+    return s;
+  }
+  void set_state(const c10::TensorImpl& state) override {
+    TORCH_CHECK(state.dtype() == caffe2::TypeMeta::Make<uint8_t>() && state.numel() == 16 && state.is_contiguous(),
+                "a tt generator state is 16 bytes (a uint8 tensor from get_state()), got ", state.numel(), " of ",
+                state.dtype().name());
+    const auto* p = static_cast<const uint8_t*>(state.data());
+    std::memcpy(&seed_, p, 8);
+    std::memcpy(&offset_, p + 8, 8);
+  }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    at::TensorBase t = at::detail::empty_cpu({16}, c10::ScalarType::Byte, std::nullopt, std::nullopt, std::nullopt,
+                                             std::nullopt);
+    auto* p = static_cast<uint8_t*>(t.data_ptr());
+    std::memcpy(p, &seed_, 8);
+    std::memcpy(p + 8, &offset_, 8);
+    return t.getIntrusivePtr();
+  }
+  static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
+
+ private:
+  TTGenerator* clone_impl() const override {
+    auto* g = new TTGenerator(device().index());
+    g->seed_ = seed_;
+    g->offset_ = offset_;
+    return g;
+  }
+  uint64_t seed_ = 67280421310721ULL;  // torch's default seed
+  uint64_t offset_ = 0;
+};
+
 struct TTHooks final : public at::PrivateUse1HooksInterface {
+  at::Generator getNewGenerator(c10::DeviceIndex d) const override {
+    return at::make_generator<TTGenerator>(d < 0 ? g_device : d);
+  }
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return g_cb != nullptr; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }

@@ -259,3 +259,11 @@ def test_a_transformer_block_under_autocast_replays_as_its_eager_twin():
         want = [twin_step(x).item() for _ in range(3)]
     assert got == want and got[-1] < got[0]
     replay.release()
+
+
+def test_a_draw_from_a_generator_object_cannot_be_captured():
+    g = torch.Generator(device="tt").manual_seed(1)
+    a = torch.ones(8, 8).to(DEV)
+    with pytest.raises(TraceError, match="generator object cannot be captured"):
+        kohakutt.capture(lambda t: t * torch.rand(8, 8, device=DEV, generator=g), a, warmup=0)
+    assert torch.equal((a * 2).cpu(), torch.full((8, 8), 2.0))  # the device still runs ops

@@ -121,3 +121,13 @@ def test_batch_norm_training_updates_its_running_statistics_through_the_aot_back
     assert torch.equal(model[1].running_var.cpu(), twin[1].running_var.cpu())
     for p, q in zip(model.parameters(), twin.parameters()):
         assert torch.equal(p.grad.cpu(), q.grad.cpu())
+
+
+def test_a_dynamic_shape_graph_gets_a_trace_per_size():
+    model = net()
+    compiled = torch.compile(model, backend="ktt_tt", dynamic=True)
+    with torch.no_grad():
+        for b in (4, 8, 4, 8, 4, 12, 12, 12):
+            x = torch.randn(b, 64).to(DEV)
+            assert torch.equal(compiled(x).cpu(), model(x).cpu())
+    assert ktt_compile.stats["captures"] >= 3 and ktt_compile.stats["replays"] >= 5

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from kohakutt.errors import DtypeError, KohakuTTUnsupportedOperator
+from kohakutt.errors import DeviceError, DtypeError
 from kohakutt.ir.ops import ShapeError
 
 DEV = torch.device("tt", 0)
@@ -266,8 +266,57 @@ def test_rng_state_round_trip():
     assert torch.equal(inside, torch.rand(10, device=DEV).cpu())
 
 
-def test_generator_is_refused():
-    with pytest.raises(KohakuTTUnsupportedOperator, match="manual_seed"):
+def gen_draws(g: torch.Generator) -> list[torch.Tensor]:
+    x = torch.ones(50, device=DEV)
+    return [
+        t.cpu()
+        for t in (
+            torch.rand(50, device=DEV, generator=g),
+            torch.randn(50, device=DEV, dtype=torch.bfloat16, generator=g),
+            torch.randint(0, 1000, (50,), device=DEV, generator=g),
+            torch.randperm(50, device=DEV, generator=g),
+            torch.bernoulli(x * 0.5, generator=g),
+            torch.multinomial(x, 10, generator=g),
+            torch.empty(50, device=DEV).exponential_(generator=g),
+        )
+    ]
+
+
+def test_a_tt_generator_is_a_stream_of_its_own():
+    g = torch.Generator(device="tt").manual_seed(7)
+    assert g.device == DEV and g.initial_seed() == 7 and g.get_offset() == 0
+    a = gen_draws(g)
+    assert g.get_offset() > 0
+    torch.rand(1000, device=DEV)  # the default stream moves; g's numbers do not depend on it
+    g.manual_seed(7)
+    assert all(torch.equal(u, v) for u, v in zip(a, gen_draws(g)))
+    state = g.get_state()
+    b = gen_draws(g)
+    h = torch.Generator(device="tt")
+    h.set_state(state)  # a copy of the state draws the same numbers
+    assert all(torch.equal(u, v) for u, v in zip(b, gen_draws(h)))
+    assert not any(torch.equal(u, v) for u, v in zip(a[:3], b[:3]))
+    torch.manual_seed(1234)
+    default = draws()
+    torch.manual_seed(1234)
+    gen_draws(g)  # draws from g leave the default stream where it was
+    assert all(torch.equal(u, v) for u, v in zip(default, draws()))
+
+
+def test_a_tt_generator_keeps_the_distributions():
+    g = torch.Generator(device="tt").manual_seed(3)
+    x = torch.empty(N, device=DEV).normal_(2.0, 3.0, generator=g).cpu()
+    moments_ok(x, 2.0, 3.0)
+    u = torch.rand(N, device=DEV, generator=g).cpu()
+    assert ks(u, lambda s: s.clamp(0, 1)) < KS
+
+
+def test_a_generator_of_another_device_is_refused():
+    with pytest.raises(DeviceError, match="Generator\\(device='tt'\\)"):
         torch.rand(3, generator=torch.Generator(), device=DEV)
-    with pytest.raises(KohakuTTUnsupportedOperator):
-        torch.empty(3, device=DEV).normal_(generator=torch.Generator())
+    x = torch.zeros(3, device=DEV)
+    with pytest.raises(DeviceError):
+        x.normal_(generator=torch.Generator())
+    assert torch.equal(x.cpu(), torch.zeros(3))  # untouched
+    with pytest.raises(RuntimeError, match="16 bytes"):
+        torch.Generator(device="tt").set_state(torch.zeros(3, dtype=torch.uint8))

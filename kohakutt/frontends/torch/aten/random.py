@@ -4,8 +4,8 @@ The stream is Philox4x32-10 keyed by the chip's seed, and every random op takes 
 ``torch.manual_seed(s)`` (which reaches ``torch.tt.manual_seed_all``, as it does ``torch.cuda``) or
 ``torch.tt.manual_seed(s)`` replays the same numbers, and ``torch.tt.get_rng_state`` / ``set_rng_state`` save and
 restore a point in it. The numbers are not the CPU generator's: tests check distributions and reproducibility.
-A ``torch.Generator`` cannot drive the card's stream: passing ``generator=`` raises
-:class:`~kohakutt.errors.KohakuTTUnsupportedOperator`.
+A ``torch.Generator(device="tt")`` passed as ``generator=`` is a Philox stream of its own (its seed, and an offset
+in blocks that each draw moves on), so its numbers repeat under ``generator.manual_seed(s)`` whatever else draws.
 
 ``rand`` / ``randn`` / ``randint`` / ``rand_like`` ... reach these kernels through PyTorch's own decompositions into
 ``empty`` and an in-place draw. Draws are computed in fp32 and rounded into the output's dtype as stored; integer
@@ -15,26 +15,43 @@ draws are made in int32 (the card's integers), so their range must fit int32.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from kohakutt.errors import DtypeError, KohakuTTUnsupportedOperator
+from kohakutt.errors import DeviceError, DtypeError
 from kohakutt.frontends.torch import tensors
 from kohakutt.frontends.torch.aten.core import fill_scalar
 from kohakutt.frontends.torch.aten.movement import as_dtype, scratch
 from kohakutt.frontends.torch.aten.registry import Args, computed, ir
 from kohakutt.ir.ops import ShapeError
+from kohakutt.kernels import runner
 
 _INT32 = (-(2**31), 2**31 - 1)
 _MANTISSA = {torch.float32: 24, torch.bfloat16: 8}  # torch's random_() range for floats: [0, 2^digits]
 
 
-def _no_generator(a: Args, op: str) -> None:
-    if a.get("generator") is not None:
-        raise KohakuTTUnsupportedOperator(
-            f"{op}: tt draws from the card's own random stream, which a torch.Generator cannot drive; drop "
-            "generator= and seed with torch.manual_seed(s) or torch.tt.manual_seed(s)"
-        )
+def _with_generator(impl: Callable[[Args, list[torch.Tensor]], None]) -> Callable[[Args, list[torch.Tensor]], None]:
+    """Run a random op's kernel drawing from its ``generator=`` (a ``torch.Generator(device="tt")``), if given."""
+
+    def run(a: Args, outs: list[torch.Tensor]) -> None:
+        g = a.get("generator")
+        if g is None:
+            return impl(a, outs)
+        if g.device.type != "tt":
+            raise DeviceError(
+                f"expected a generator on tt, got one on {g.device}: make it with torch.Generator(device='tt')"
+            )
+
+        def take(blocks: int) -> tuple[int, int]:
+            offset = g.get_offset()
+            g.set_offset(offset + blocks)
+            return g.initial_seed(), offset
+
+        with runner.draws_from(take):
+            return impl(a, outs)
+
+    return run
 
 
 def _float_out(t: torch.Tensor, op: str) -> None:
@@ -48,8 +65,8 @@ def _ir_dtype(t: torch.Tensor) -> str:
 
 # ---------------------------------------------------------------------------------------------------- continuous
 @computed("uniform_", ir=("uniform", "full"))
+@_with_generator
 def _uniform(a: Args, outs: list[torch.Tensor]) -> None:
-    _no_generator(a, "uniform_")
     x, lo, hi = outs[0], float(a["from"]), float(a.to)
     _float_out(x, "uniform_")
     if not lo <= hi:
@@ -61,8 +78,8 @@ def _uniform(a: Args, outs: list[torch.Tensor]) -> None:
 
 
 @computed("normal_", ir=("normal",))
+@_with_generator
 def _normal_(a: Args, outs: list[torch.Tensor]) -> None:
-    _no_generator(a, "normal_")
     x = outs[0]
     _float_out(x, "normal_")
     attrs = {"shape": tuple(x.shape), "mean": float(a.mean), "std": float(a.std), "dtype": _ir_dtype(x)}
@@ -73,10 +90,10 @@ def _normal_(a: Args, outs: list[torch.Tensor]) -> None:
     "normal.Tensor_float", "normal.Tensor_float_out", "normal.float_Tensor", "normal.float_Tensor_out",
     "normal.Tensor_Tensor", "normal.Tensor_Tensor_out", ir=("normal", "mul", "add"),
 )  # fmt: skip
+@_with_generator
 def _normal_tensor(a: Args, outs: list[torch.Tensor]) -> None:
     """mean + std * z with z ~ N(0, 1) drawn in fp32; mean and std broadcast. (A negative element of a std tensor
     is not checked for: that would need a read of the data.)"""
-    _no_generator(a, "normal")
     out, index = outs[0], a._index
     _float_out(out, "normal")
     mean, std = a.mean, a.std
@@ -90,9 +107,9 @@ def _normal_tensor(a: Args, outs: list[torch.Tensor]) -> None:
 
 
 @computed("exponential_", ir=("uniform", "neg", "log1p", "mul"))
+@_with_generator
 def _exponential(a: Args, outs: list[torch.Tensor]) -> None:
     """-log(1 - u) / lambd with u uniform on [0, 1) in fp32: finite, >= 0."""
-    _no_generator(a, "exponential_")
     x, index = outs[0], a._index
     _float_out(x, "exponential_")
     lambd = float(a.lambd)
@@ -106,9 +123,9 @@ def _exponential(a: Args, outs: list[torch.Tensor]) -> None:
 
 
 @computed("log_normal_", ir=("normal", "exp"))
+@_with_generator
 def _log_normal(a: Args, outs: list[torch.Tensor]) -> None:
     """exp(z) with z ~ N(mean, std) in fp32."""
-    _no_generator(a, "log_normal_")
     x, index = outs[0], a._index
     _float_out(x, "log_normal_")
     if not float(a.std) > 0:
@@ -119,9 +136,9 @@ def _log_normal(a: Args, outs: list[torch.Tensor]) -> None:
 
 
 @computed("cauchy_", ir=("uniform", "tan", "mul", "add"))
+@_with_generator
 def _cauchy(a: Args, outs: list[torch.Tensor]) -> None:
     """median + sigma * tan(pi * (u - 1/2)) with u uniform on [0, 1) in fp32."""
-    _no_generator(a, "cauchy_")
     x, index = outs[0], a._index
     _float_out(x, "cauchy_")
     if not float(a.sigma) > 0:
@@ -135,10 +152,10 @@ def _cauchy(a: Args, outs: list[torch.Tensor]) -> None:
 
 
 @computed("geometric_", ir=("uniform", "log", "mul", "ceil"))
+@_with_generator
 def _geometric(a: Args, outs: list[torch.Tensor]) -> None:
     """ceil(ln(u) / ln(1 - p)) with u uniform on [2^-24, 1) in fp32: the number of Bernoulli(p) trials up to the
     first success (>= 1)."""
-    _no_generator(a, "geometric_")
     x, index, p = outs[0], a._index, float(a.p)
     if not 0 < p < 1:
         raise ShapeError(f"geometric_ expects p to be in (0, 1), but got p={p}")
@@ -163,20 +180,20 @@ def _bernoulli_into(x: torch.Tensor, probs: Any, out: torch.Tensor, index: int) 
 
 
 @computed("bernoulli_.float", "bernoulli.p", ir=("bernoulli",))
+@_with_generator
 def _bernoulli_p(a: Args, outs: list[torch.Tensor]) -> None:
-    _no_generator(a, "bernoulli")
     _bernoulli_into(a.self, a.p, outs[0], a._index)
 
 
 @computed("bernoulli_.Tensor", ir=("bernoulli",))
+@_with_generator
 def _bernoulli_tensor(a: Args, outs: list[torch.Tensor]) -> None:
-    _no_generator(a, "bernoulli_")
     _bernoulli_into(a.self, a.p, outs[0], a._index)
 
 
 @computed("bernoulli.out", ir=("bernoulli",))
+@_with_generator
 def _bernoulli_out(a: Args, outs: list[torch.Tensor]) -> None:
-    _no_generator(a, "bernoulli")
     _bernoulli_into(a.self, a.self, outs[0], a._index)
 
 
@@ -190,10 +207,10 @@ def _top(dtype: torch.dtype) -> int:
 
 
 @computed("random_", "random_.from", "random_.to", ir=("randint", "copy"))
+@_with_generator
 def _random(a: Args, outs: list[torch.Tensor]) -> None:
     """Integers uniform on [from, to) (torch's defaults: to = 2^mantissa + 1 for floats, the dtype's max + 1 for
     integers), drawn as int32 on the card and stored in the output's dtype."""
-    _no_generator(a, "random_")
     x = outs[0]
     lo = int(a.get("from") or 0)
     hi = a.get("to")
@@ -212,8 +229,8 @@ def _random(a: Args, outs: list[torch.Tensor]) -> None:
 
 
 @computed("randperm.generator_out", ir=("randperm",))
+@_with_generator
 def _randperm(a: Args, outs: list[torch.Tensor]) -> None:
-    _no_generator(a, "randperm")
     out, n = outs[0], int(a.n)
     if out.dtype in _MANTISSA and n > 2 ** _MANTISSA[out.dtype]:
         raise ShapeError(f"randperm: n={n} exceeds the {out.dtype} range of exactly held integers")
@@ -221,10 +238,10 @@ def _randperm(a: Args, outs: list[torch.Tensor]) -> None:
 
 
 @computed("multinomial", "multinomial.out", ir=("multinomial",))
+@_with_generator
 def _multinomial(a: Args, outs: list[torch.Tensor]) -> None:
     """Category indices drawn by weight (rows of a 1-D / 2-D float tensor). The data checks PyTorch makes on the
     CPU (non-negative, finite weights with a positive sum) would need a read of the weights and are not made."""
-    _no_generator(a, "multinomial")
     if int(a.num_samples) <= 0:
         raise ShapeError(f"multinomial: cannot sample n_sample <= 0 samples (got {a.num_samples})")
     attrs = {"num_samples": int(a.num_samples), "replacement": bool(a.replacement)}

@@ -111,6 +111,8 @@ def to_meta(x: Any, found: set[str]) -> Any:
         return x
     if isinstance(x, list | tuple):
         return type(x)(to_meta(y, found) for y in x)
+    if isinstance(x, torch.Generator):
+        return None  # a generator shapes no output (and meta references refuse one)
     return x
 
 
