@@ -13,6 +13,8 @@ The rules are CUDA graphs' rules, checked where they can be:
   Optimizers stepped inside the function are switched to ``capturable=True`` during warmup, which moves their step
   counters to the card; Python numbers the function reads (a learning rate set from outside) are baked in.
 - Random draws take the next block of the chip's random stream on every replay, as eager ops would.
+- 0-dim CPU tensors are numbers to the ops that read them, so the trace holds their values: a replay must pass the
+  same values.
 - A replay takes new arguments of the captured shapes, dtypes and strides: a tensor that fills its whole storage is
   used in place of the captured one, any other is copied into the captured tensor first (and back after, in case
   the step wrote to it). Other arguments must equal the captured ones.
@@ -111,10 +113,15 @@ def _optimizer_hooks(pre: Callable[..., None], post: Callable[..., None] | None 
             h.remove()
 
 
+def _host_scalar(t: Any) -> bool:
+    """A 0-dim CPU tensor: ops read it as a number when they are queued, so a trace holds its value."""
+    return isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() == 0
+
+
 def _chip(leaves: list[Any]) -> int | None:
-    chips = {t.device.index or 0 for t in leaves if isinstance(t, torch.Tensor)}
-    if any(isinstance(t, torch.Tensor) and t.device.type != "tt" for t in leaves):
-        bad = next(t for t in leaves if isinstance(t, torch.Tensor) and t.device.type != "tt")
+    chips = {t.device.index or 0 for t in leaves if isinstance(t, torch.Tensor) and t.device.type == "tt"}
+    if any(isinstance(t, torch.Tensor) and t.device.type != "tt" and not _host_scalar(t) for t in leaves):
+        bad = next(t for t in leaves if isinstance(t, torch.Tensor) and t.device.type != "tt" and not _host_scalar(t))
         raise TraceError(
             f"capture: an argument is a {bad.device} tensor; a trace cannot copy from the host, so move it to the "
             "card first (.to('tt'))"
@@ -149,12 +156,12 @@ class Replay:
         self._spec = spec
         self._leaves = leaves
         self._inputs = {b.id for b in trace.inputs}
-        self._buffers = [_whole(t) if isinstance(t, torch.Tensor) else None for t in leaves]
+        self._buffers = [_whole(t) if isinstance(t, torch.Tensor) and t.device.type == "tt" else None for t in leaves]
         self._draws = runner.random_draws(trace.commands)
         self.outputs = outputs
         self._out_leaves, self._out_spec = pytree.tree_flatten(outputs)
         storages = {t.untyped_storage().data_ptr(): i for i, t in enumerate(leaves)
-                    if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr()}
+                    if isinstance(t, torch.Tensor) and t.device.type == "tt" and t.untyped_storage().data_ptr()}
         self._aliases = {  # output position -> (argument position, view): outputs that are views of an argument
             j: (storages[t.untyped_storage().data_ptr()], tuple(t.shape), t.stride(), t.storage_offset())
             for j, t in enumerate(self._out_leaves)
@@ -182,6 +189,11 @@ class Replay:
             if not isinstance(old, torch.Tensor):
                 if isinstance(new, torch.Tensor) or new != old:
                     raise TraceError(f"replay argument {i} is {new!r}; it was captured as {old!r} (capture again)")
+                continue
+            if _host_scalar(old):
+                if not (_host_scalar(new) and new.dtype == old.dtype and (new is old or new.item() == old.item())):
+                    raise TraceError(f"replay argument {i} is {new!r}; it was captured as the host number {old!r}, "
+                                     "whose value the trace holds (capture again)")
                 continue
             if not isinstance(new, torch.Tensor) or _kind(new) != _kind(old):
                 got = _kind(new) if isinstance(new, torch.Tensor) else type(new).__name__

@@ -144,6 +144,11 @@ def test_replay_refuses_arguments_unlike_the_captured_ones_and_stays_usable():
     b = torch.randn(8, 32)
     assert torch.equal(replay(b.to(DEV), 3.0).cpu(), (b.to(DEV) * 3.0).cpu())
     replay.release()
+    scaled = kohakutt.capture(lambda t, k: t * k, a, torch.tensor(2.0), warmup=0)  # a host number: its value is held
+    assert torch.equal(scaled(b.to(DEV), torch.tensor(2.0)).cpu(), (b.to(DEV) * 2.0).cpu())
+    with pytest.raises(TraceError, match="host number"):
+        scaled(a, torch.tensor(5.0))
+    scaled.release()
     with pytest.raises(TraceError, match="released"):
         replay(a, 3.0)
 
