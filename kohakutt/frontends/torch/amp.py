@@ -8,11 +8,14 @@ op in its input dtype. This module registers the rules for ``AutocastPrivateUse1
 - ``FP32``: softmax, norms and losses run in float32, where bf16 rounding would hurt the result;
 - ``PROMOTE``: ops that mix several floating inputs (``cat``, ``stack``, ``addcmul``...) run in the widest of them.
 
-Only floating tt tensors are cast (float64 never reaches tt); casts are ordinary tt ops, so autograd sees them.
+Only floating tt tensors are cast (float64 never reaches tt); casts are ordinary tt ops, so autograd sees them. As on
+PyTorch's own devices, the lower-precision cast of a weight (a leaf that needs a gradient) is made once per outermost
+autocast region and reused by every op in it.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -38,12 +41,47 @@ def _castable(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.device.type == "tt" and x.is_floating_point()
 
 
-def _cast(x: Any, dtype: torch.dtype) -> Any:
+# Casts of weights, kept for the rest of the outermost autocast region (torch.clear_autocast_cache empties it), as
+# PyTorch's autocast does on its own devices: leaf tensors that need a gradient and are not views, cast down.
+_cache: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+
+
+def _cast(x: Any, dtype: torch.dtype, lower: bool = False) -> Any:
     if _castable(x):
-        return x if x.dtype == dtype else x.to(dtype)
+        if x.dtype == dtype:
+            return x
+        if lower and x.requires_grad and x.is_leaf and not x._is_view() and torch.is_autocast_cache_enabled():
+            hit = _cache.get(id(x))
+            if hit is not None and hit[0]() is x and hit[1].dtype == dtype:
+                return hit[1]
+            cast = x.to(dtype)
+            if torch.is_grad_enabled():  # torch caches only while autograd records (the cast's node is shared)
+                _cache[id(x)] = (weakref.ref(x), cast)
+            return cast
+        return x.to(dtype)
     if isinstance(x, list | tuple):
-        return type(x)(_cast(y, dtype) for y in x)
+        return type(x)(_cast(y, dtype, lower) for y in x)
     return x
+
+
+def clear_cache() -> None:
+    """Drop the cached weight casts (at the end of the outermost autocast region)."""
+    _cache.clear()
+
+
+def _install_cache_clearing() -> None:
+    """``torch.autocast`` empties its cast cache through ``torch.clear_autocast_cache`` when the outermost region
+    ends; the tt cache is emptied there too."""
+    original = torch.clear_autocast_cache
+    if getattr(original, "_ktt", False):
+        return
+
+    def clear_autocast_cache() -> None:
+        original()
+        _cache.clear()
+
+    clear_autocast_cache._ktt = True  # type: ignore[attr-defined]
+    torch.clear_autocast_cache = clear_autocast_cache
 
 
 def _widest(args: tuple, kwargs: dict) -> torch.dtype | None:
@@ -75,7 +113,8 @@ def _rule(op: torch._ops.OpOverload, policy: str) -> Callable[..., Any]:
         else:
             dtype = _widest(args, kwargs)
         if dtype is not None:
-            args, kwargs = _cast(args, dtype), {k: _cast(v, dtype) for k, v in kwargs.items()}
+            lower = policy == "lower"
+            args, kwargs = _cast(args, dtype, lower), {k: _cast(v, dtype, lower) for k, v in kwargs.items()}
         with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(_KEY)):
             return op(*args, **kwargs)
 
@@ -87,6 +126,7 @@ def register(lib: torch.library.Library) -> list[str]:
     """Register the autocast rules of every overload in the three policies on ``lib`` (an ``aten`` IMPL library);
     make bf16 the default autocast dtype for tt. Returns the overloads registered."""
     torch.set_autocast_dtype("tt", torch.bfloat16)
+    _install_cache_clearing()
     done: list[str] = []
     for policy, packets in (("lower", LOWER), ("fp32", FP32), ("promote", PROMOTE)):
         for packet in packets:

@@ -422,6 +422,35 @@ def test_autocast_training_step_keeps_float32_parameters_and_gradients():
     assert torch.isfinite(m.weight.grad.cpu()).all()
 
 
+def test_autocast_casts_a_weight_once_per_region_and_gradients_see_every_use():
+    """A weight used three times in one region is cast once (PyTorch's autocast cache); its gradient still sums the
+    three uses; the cache empties when the region ends."""
+    from kohakutt import hal
+    from kohakutt.frontends.torch import amp
+
+    torch.manual_seed(4)
+    w = torch.randn(32, 32).to(DEV).requires_grad_()
+    x = torch.randn(4, 32).to(DEV)
+
+    def run(cache: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
+        w.grad = None
+        with hal.profile() as prof, torch.autocast("tt", cache_enabled=cache):
+            y = torch.mm(torch.mm(torch.mm(x, w), w), w)
+            assert len(amp._cache) == (1 if cache else 0)
+        y.float().sum().backward()
+        torch.tt.synchronize()
+        return y.detach().cpu(), w.grad.cpu(), sum(r.name == "copy" for r in prof.records)
+
+    y1, g1, casts1 = run(True)
+    assert not amp._cache  # emptied with the region
+    y0, g0, casts0 = run(False)
+    assert casts1 == casts0 - 2  # x once, w once, instead of w three times
+    assert torch.equal(y1, y0)
+    # with one cast, the three uses' bf16 gradients meet in bf16 before the cast's backward (PyTorch's autocast
+    # cache does the same); without it, in float32: they differ by bf16 roundings of the sum (2^-8 relative each)
+    torch.testing.assert_close(g1, g0, rtol=2 * 2**-8, atol=2 * 2**-8 * float(g0.abs().max()))
+
+
 # ----------------------------------------------------------------------------------------------------- errors
 def test_mixing_devices_raises_as_cuda_does():
     x = torch.ones(3, 4).to(DEV)
