@@ -5,6 +5,9 @@ Without a card the HAL runs a simulated P150A, so everything here works on any C
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 from kohakutt.errors import (
     BackendUnavailable,
     CommandError,
@@ -20,6 +23,11 @@ from kohakutt.errors import (
 )
 from kohakutt.hal import profile
 from kohakutt.ir.numerics import Fidelity, numerics
+
+if TYPE_CHECKING:
+    import torch
+
+    from kohakutt.frontends.torch.capture import Replay
 
 __version__ = "0.1.0"
 
@@ -45,14 +53,14 @@ __all__ = [
 ]
 
 
-def device(index: int = 0):
+def device(index: int = 0) -> torch.device:
     """Chip ``index`` as a torch device ``tt:<index>``; the first call makes ``tt`` a torch device."""
     from kohakutt.frontends.torch import device as _device
 
     return _device(index)
 
 
-def capture(fn, *args, warmup: int = 3, **kwargs):
+def capture(fn: Callable[..., Any], *args: Any, warmup: int = 3, **kwargs: Any) -> Replay:
     """Record ``fn(*args, **kwargs)`` on the card once (after ``warmup`` eager calls) and return a replay that queues
     the whole step as one device command (:class:`kohakutt.frontends.torch.capture.Replay`)."""
     from kohakutt.frontends.torch.capture import capture as _capture
