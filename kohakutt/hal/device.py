@@ -339,8 +339,8 @@ class Device:
             return  # closing released it
         s = stream or self.current_stream
         trace = s.capturing
-        if trace is None and buf.trace is not None and not buf.trace.released:
-            trace = buf.trace  # a live trace owns it: its replays still write it
+        if buf.trace is not None and not buf.trace.released:
+            trace = buf.trace  # a live trace owns it: its replays still write it, until that trace is released
         if trace is not None:  # the replay still uses it
             trace.deferred_frees.append(buf)
             return

@@ -83,6 +83,11 @@ class Trace:
         swap = self._check_bindings(bindings) if bindings else {}
         for b in buffers:
             if b.id not in swap:
+                if not b.is_live and not self.device.closed:
+                    raise TraceError(
+                        f"trace {self.name!r} uses {b!r}, which was freed after the capture: a tensor the recorded "
+                        "step reads was let go of (a .grad set to None, say); keep it alive, or capture again"
+                    )
                 b.check_live(f"replaying trace {self.name!r}")
         commands = self.commands
         rebound: dict[int, tuple[Buffer, ...]] = {}

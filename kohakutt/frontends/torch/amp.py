@@ -15,8 +15,10 @@ autocast region and reused by every op in it.
 
 from __future__ import annotations
 
+import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -42,21 +44,43 @@ def _castable(x: Any) -> bool:
 
 
 # Casts of weights, kept for the rest of the outermost autocast region (torch.clear_autocast_cache empties it), as
-# PyTorch's autocast does on its own devices: leaf tensors that need a gradient and are not views, cast down.
-_cache: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+# PyTorch's autocast does on its own devices: leaf tensors that need a gradient and are not views, cast down. Per
+# thread, as PyTorch's; unlike PyTorch's, a cast is made again once the weight has changed in place (an optimizer
+# step inside the region); off while a trace records (a replay must cast the weights it was given, every time).
+_local = threading.local()
+
+
+def _cache() -> dict[int, tuple[weakref.ref, torch.Tensor, int]] | None:
+    if getattr(_local, "off", 0):
+        return None
+    c = getattr(_local, "cache", None)
+    if c is None:
+        c = _local.cache = {}
+    return c
+
+
+@contextmanager
+def no_cast_cache() -> Iterator[None]:
+    """Neither read nor fill the cast cache in the block (on this thread)."""
+    _local.off = getattr(_local, "off", 0) + 1
+    try:
+        yield
+    finally:
+        _local.off -= 1
 
 
 def _cast(x: Any, dtype: torch.dtype, lower: bool = False) -> Any:
     if _castable(x):
         if x.dtype == dtype:
             return x
-        if lower and x.requires_grad and x.is_leaf and not x._is_view() and torch.is_autocast_cache_enabled():
-            hit = _cache.get(id(x))
-            if hit is not None and hit[0]() is x and hit[1].dtype == dtype:
+        cache = _cache() if lower and x.requires_grad and x.is_leaf and not x._is_view() else None
+        if cache is not None and torch.is_autocast_cache_enabled():
+            hit = cache.get(id(x))
+            if hit is not None and hit[0]() is x and hit[1].dtype == dtype and hit[2] == x._version:
                 return hit[1]
             cast = x.to(dtype)
-            if torch.is_grad_enabled():  # torch caches only while autograd records (the cast's node is shared)
-                _cache[id(x)] = (weakref.ref(x), cast)
+            if torch.is_grad_enabled():  # cached only while autograd records (the cast's node is shared)
+                cache[id(x)] = (weakref.ref(x), cast, x._version)  # an optimizer step in the region recasts
             return cast
         return x.to(dtype)
     if isinstance(x, list | tuple):
@@ -65,8 +89,8 @@ def _cast(x: Any, dtype: torch.dtype, lower: bool = False) -> Any:
 
 
 def clear_cache() -> None:
-    """Drop the cached weight casts (at the end of the outermost autocast region)."""
-    _cache.clear()
+    """Drop this thread's cached weight casts (at the end of the outermost autocast region)."""
+    _local.cache = {}
 
 
 def _install_cache_clearing() -> None:
@@ -78,7 +102,7 @@ def _install_cache_clearing() -> None:
 
     def clear_autocast_cache() -> None:
         original()
-        _cache.clear()
+        clear_cache()
 
     clear_autocast_cache._ktt = True  # type: ignore[attr-defined]
     torch.clear_autocast_cache = clear_autocast_cache

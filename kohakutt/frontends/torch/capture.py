@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from kohakutt.errors import TraceError
-from kohakutt.frontends.torch import runtime
+from kohakutt.frontends.torch import amp, runtime
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.trace import Trace
 from kohakutt.kernels import runner
@@ -72,6 +72,12 @@ def _capturable_optimizers(switched: list[torch.optim.Optimizer]) -> Callable[..
             params = [p for p in group["params"] if p.device.type == "tt"]
             if not params or "capturable" not in group or group["capturable"]:
                 continue
+            if any(runtime.device(p.device.index or 0).current_stream.capturing is not None for p in params[:1]):
+                raise TraceError(
+                    f"{type(opt).__name__} is not capturable and takes its first step of the capture inside the "
+                    "recording, where its step counters cannot move to the card: capture with warmup >= 1 (or "
+                    "make it with capturable=True)"
+                )
             group["capturable"] = True
             for p in params:
                 step = opt.state.get(p, {}).get("step")
@@ -140,6 +146,55 @@ def _whole(t: torch.Tensor) -> Buffer | None:
     return buf if off == 0 and t.untyped_storage().nbytes() == buf.nbytes else None
 
 
+def _flatten(args: tuple, kwargs: dict) -> tuple[list[Any], Any]:
+    """The leaves of a call's arguments; keyword arguments in name order (a replay may pass them in any order)."""
+    return pytree.tree_flatten((args, dict(sorted(kwargs.items()))))
+
+
+def _describe(spec: Any) -> str:
+    """(args, kwargs) structure in words: how many positional arguments, which keywords."""
+    try:
+        args, kwargs = pytree.tree_unflatten([0] * spec.num_leaves, spec)
+        return f"{len(args)} positional, keywords {sorted(kwargs)}"
+    except Exception:  # only for the message
+        return str(spec)
+
+
+def _storage_groups(leaves: list[Any]) -> tuple[int, ...]:
+    """For each leaf, the position of the first tt tensor leaf sharing its storage (its own position, or -1 for
+    what is not a tt tensor), with the storage offset: how the arguments alias one another."""
+    first: dict[int, int] = {}
+    out: list[Any] = []
+    for i, t in enumerate(leaves):
+        if isinstance(t, torch.Tensor) and t.device.type == "tt" and t.untyped_storage().data_ptr():
+            out.append((first.setdefault(t.untyped_storage().data_ptr(), i), t.storage_offset()))
+        else:
+            out.append(-1)
+    return tuple(o if o == -1 or o[0] != i else i for i, o in enumerate(out))
+
+
+def _private(leaves: list[Any]) -> list[Any]:
+    """The leaves a trace records: a tt tensor that is not a whole storage of its own (a slice, say), and shares
+    it with no other argument, is replaced by a copy the trace owns, so later replays copy new arguments into that
+    copy, never into a tensor the caller holds."""
+    groups = _storage_groups(leaves)
+    shared = {g[0] for g in groups if isinstance(g, tuple)}
+    out = list(leaves)
+    for i, t in enumerate(leaves):
+        if (isinstance(t, torch.Tensor) and t.device.type == "tt" and groups[i] == i and i not in shared
+                and not _covers(t)):
+            with torch.no_grad():
+                out[i] = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+            out[i].requires_grad_(t.requires_grad)
+    return out
+
+
+def _covers(t: torch.Tensor) -> bool:
+    """Whether ``t`` is all of a whole buffer: a replay may then use another such tensor in its place."""
+    return (_whole(t) is not None and t.storage_offset() == 0
+            and t.numel() * t.element_size() == t.untyped_storage().nbytes())
+
+
 def _kind(t: torch.Tensor) -> tuple[Any, ...]:
     return (tuple(t.shape), t.dtype, t.device)
 
@@ -149,14 +204,16 @@ class Replay:
     returns the captured outputs (the same tensors each time). :meth:`release` frees what the trace holds."""
 
     def __init__(self, fn: Callable[..., Any], trace: Trace, chip: int, spec: Any, leaves: list[Any],
-                 outputs: Any, switched: list[torch.optim.Optimizer]):
+                 outputs: Any, switched: list[torch.optim.Optimizer], written: set[int] | None = None):
         self.fn = fn
         self.trace = trace
         self.chip = chip
         self._spec = spec
-        self._leaves = leaves
+        self._leaves = leaves  # as recorded: an argument that is not a whole storage is the trace's private copy
+        self._written = written or set()  # arguments the step writes (copied back to the caller's tensor)
         self._inputs = {b.id for b in trace.inputs}
         self._buffers = [_whole(t) if isinstance(t, torch.Tensor) and t.device.type == "tt" else None for t in leaves]
+        self._groups = _storage_groups(leaves)
         self._draws = runner.random_draws(trace.commands)
         self.outputs = outputs
         self._out_leaves, self._out_spec = pytree.tree_flatten(outputs)
@@ -180,9 +237,16 @@ class Replay:
         t0 = time.perf_counter()
         if self.trace.released:
             raise TraceError(f"this capture of {getattr(self.fn, '__name__', self.fn)!r} was released; capture again")
-        leaves, spec = pytree.tree_flatten((args, kwargs))
+        leaves, spec = _flatten(args, kwargs)
         if spec != self._spec:
-            raise TraceError(f"replay arguments are shaped {spec}, the capture's were {self._spec}")
+            raise TraceError(
+                f"replay takes its arguments as the capture did: {_describe(self._spec)}, got {_describe(spec)}"
+            )
+        if _storage_groups(leaves) != self._groups:
+            raise TraceError(
+                "replay arguments share storages differently from the captured ones (the trace reads arguments "
+                "that were one tensor as one buffer): pass them as captured, or capture again"
+            )
         bindings: dict[Buffer, Buffer] = {}
         copies: list[tuple[torch.Tensor, torch.Tensor]] = []
         for i, (old, new) in enumerate(zip(self._leaves, leaves)):
@@ -212,18 +276,24 @@ class Replay:
                 old.copy_(new)
         stream = runtime.current_stream(self.chip)
         self.trace.replay(bindings, stream=stream, args=runner.next_seeds(self.trace.device, self._draws))
-        if copies:
+        if copies and self._written:
             with torch.no_grad():
                 for old, new in copies:
-                    new.copy_(old)  # what the step wrote into its input reaches the caller's tensor, as in eager
+                    if any(old is self._leaves[i] for i in self._written):
+                        new.copy_(old)  # what the step wrote into its input reaches the caller's tensor
         self.replays += 1
         out = self.outputs
-        if self._aliases and bindings:  # a view of a rebound argument is that view of the new argument
+        if self._aliases and (bindings or copies):  # a view of an argument is that view of the new argument
             outs = list(self._out_leaves)
             for j, (i, size, stride, offset) in self._aliases.items():
-                if self._buffers[i] in bindings:
-                    outs[j] = leaves[i].detach().as_strided(size, stride, offset).requires_grad_(
-                        outs[j].requires_grad)
+                new, old = leaves[i], self._leaves[i]
+                if new.untyped_storage().data_ptr() == old.untyped_storage().data_ptr():
+                    continue
+                if self._buffers[i] not in bindings:  # copied: the same view, counted from the new argument
+                    if new.stride() != old.stride():
+                        continue  # no such view of the new argument: the output stays the trace's copy
+                    offset = offset - old.storage_offset() + new.storage_offset()
+                outs[j] = new.detach().as_strided(size, stride, offset).requires_grad_(outs[j].requires_grad)
             out = pytree.tree_unflatten(outs, self._out_spec)
         self.host_s += time.perf_counter() - t0
         return out
@@ -251,7 +321,7 @@ def capture(fn: Callable[..., Any], *args: Any, warmup: int = 3, **kwargs: Any) 
     runs it. See the module's notes for what a trace can hold."""
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
-    leaves, spec = pytree.tree_flatten((args, kwargs))
+    leaves, spec = _flatten(args, kwargs)
     chip = _chip(leaves)
     if chip is None:
         raise TraceError("capture: no argument is a tt tensor, so there is no chip to capture on; pass the step's "
@@ -266,22 +336,27 @@ def capture(fn: Callable[..., Any], *args: Any, warmup: int = 3, **kwargs: Any) 
         gc.collect()
         runtime.drain_frees()
         stream = runtime.current_stream(chip)
+        recorded = _private(leaves)
+        rargs, rkwargs = pytree.tree_unflatten(recorded, spec)
+        versions = {i: t._version for i, t in enumerate(recorded) if isinstance(t, torch.Tensor)}
         trace: Trace | None = None
         try:
-            with _optimizer_hooks(*_no_new_state()), _HostStateGuard(), dev.capture(f"capture:{name}", stream) as trace:
-                outputs = fn(*args, **kwargs)
+            with (_optimizer_hooks(*_no_new_state()), _HostStateGuard(), amp.no_cast_cache(),
+                  dev.capture(f"capture:{name}", stream) as trace):
+                outputs = fn(*rargs, **rkwargs)
                 gc.collect()  # storages the step let go of: their frees belong to the trace
                 runtime.drain_frees()
+            for t in pytree.tree_leaves(outputs):
+                if isinstance(t, torch.Tensor) and t.device.type != "tt":
+                    raise TraceError(f"{name!r} returned a {t.device} tensor; a trace can only return tt tensors")
+            written = {i for i, v in versions.items() if recorded[i]._version != v}
+            return Replay(fn, trace, chip, spec, recorded, outputs, switched, written)
         except BaseException as e:
             if trace is not None:
+                outputs = None
                 gc.collect()
                 runtime.drain_frees()
                 trace.release(keep=[b for b in trace.owned if b.data_ptr in runtime._buffers])
             if isinstance(e, TraceError):
                 raise TraceError(f"while capturing {name!r}: {e}") from e
             raise
-    assert trace is not None
-    for t in pytree.tree_leaves(outputs):
-        if isinstance(t, torch.Tensor) and t.device.type != "tt":
-            raise TraceError(f"capture: {name!r} returned a {t.device} tensor; a trace can only return tt tensors")
-    return Replay(fn, trace, chip, spec, leaves, outputs, switched)

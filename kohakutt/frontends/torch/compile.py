@@ -22,7 +22,7 @@ import torch
 import torch._dynamo.trace_rules
 import torch.utils._pytree as pytree
 from kohakutt.errors import TraceError
-from kohakutt.frontends.torch.capture import Replay, capture
+from kohakutt.frontends.torch.capture import Replay, _storage_groups, capture
 
 __all__ = ["ktt_tt", "ktt_tt_aot", "register", "stats"]
 
@@ -36,6 +36,17 @@ torch._dynamo.trace_rules.add("kohakutt")
 stats: Counter[str] = Counter()  # graphs, eager_runs, captures, replays, not_captured
 reasons: dict[str, str] = {}  # graph name -> why it runs op by op
 _lock = threading.Lock()
+
+
+def _fresh(t: Any, args: Sequence[Any]) -> Any:
+    """A replay's output as a compiled function must return it: a copy of what the trace owns (the next replay
+    overwrites it), the very view when it is a view of an argument (as the graph run op by op returns it)."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    ptr = t.untyped_storage().data_ptr()
+    if any(isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == ptr for a in args):
+        return t
+    return t.clone()
 
 
 def _signature(args: Sequence[Any]) -> tuple[Any, ...] | None:
@@ -56,7 +67,7 @@ def _signature(args: Sequence[Any]) -> tuple[Any, ...] | None:
             return None
         else:
             key.append((type(a), a))
-    return tuple(key)
+    return (*key, _storage_groups(list(args)))  # how the arguments alias one another
 
 
 class CapturedGraph:
@@ -102,9 +113,14 @@ class CapturedGraph:
                 self.replays.popitem(last=False)[1].release()
         else:
             self.replays.move_to_end(key)
-        out = replay(*args)
+        try:
+            out = replay(*args)
+        except TraceError as e:  # arguments the trace cannot take (aliasing its signature does not see): op by op
+            reasons[self.name] = str(e)
+            stats["eager_runs"] += 1
+            return self.gm(*args)
         stats["replays"] += 1
-        return pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, out)
+        return pytree.tree_map(lambda t: _fresh(t, args), out)
 
 
 def _name(gm: torch.fx.GraphModule) -> str:

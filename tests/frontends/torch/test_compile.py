@@ -131,3 +131,32 @@ def test_a_dynamic_shape_graph_gets_a_trace_per_size():
             x = torch.randn(b, 64).to(DEV)
             assert torch.equal(compiled(x).cpu(), model(x).cpu())
     assert ktt_compile.stats["captures"] >= 3 and ktt_compile.stats["replays"] >= 5
+
+
+def test_arguments_aliasing_differently_get_their_own_trace():
+    def f(a, b):
+        return a + 2 * b
+
+    compiled = torch.compile(f, backend="ktt_tt")
+    x = torch.randn(4, 4).to(DEV)
+    for _ in range(3):
+        compiled(x, x[0])
+    y, z = torch.randn(4, 4).to(DEV), torch.randn(4, 4).to(DEV)
+    assert torch.equal(compiled(y, z[0]).cpu(), f(y, z[0]).cpu())
+
+
+def test_a_view_output_of_an_input_stays_a_view_on_replays():
+    def f(x):
+        x.mul_(2)
+        return x.t(), x.sum()
+
+    compiled = torch.compile(f, backend="ktt_tt")
+    with torch.no_grad():
+        for _ in range(3):
+            a, b = torch.ones(3, 3).to(DEV), torch.ones(3, 3).to(DEV)
+            va, _ = f(a)
+            vb, _ = compiled(b)
+            va.add_(1)
+            vb.add_(1)
+            assert torch.equal(b.cpu(), a.cpu()) and torch.equal(b.cpu(), torch.full((3, 3), 3.0))
+    assert ktt_compile.stats["replays"] >= 1

@@ -28,6 +28,7 @@ from kohakutt.frontends.torch.aten.reduce import extreme, release
 from kohakutt.frontends.torch.aten.registry import _Binder, ir, kernel, overload
 from kohakutt.ir.ops import ShapeError
 from kohakutt.kernels.tensor import DeviceTensor
+from torch.autograd.graph import increment_version
 
 aten = torch.ops.aten
 Operand = DeviceTensor | torch.Tensor | float
@@ -115,7 +116,7 @@ def _foreach_kernel(name: str, overload_name: str) -> Callable[..., Any]:
             values = v.tolist() if per_tensor else list(v) if attr_arg in lists else [v] * n
             if len(values) != n:
                 raise ShapeError(f"{overload_name}: {attr_arg} has {len(values)} values for {n} tensors")
-        results = []
+        results, written = [], []
         for i in range(n):
             ops = [a[x][i] if x in lists else a[x] for x in operands]
             attrs = {attr: values[i]} if values is not None else {}
@@ -124,9 +125,13 @@ def _foreach_kernel(name: str, overload_name: str) -> Callable[..., Any]:
                 index = s.device.index or 0
                 dst = s if inplace else tensors.new(s.shape, None, s.dtype, index)
                 ir(ir_op, ops, attrs or None, [dst], index)
+                if inplace:
+                    written.append(dst)
             else:
                 dst = _per_tensor(torch_name, inplace, ops, attrs)
             results.append(dst)
+        if written:  # as CUDA's fused foreach kernels do: in-place writes are seen (autograd checks, caches)
+            increment_version(written)
         return None if inplace else results
 
     fn.__name__ = f"tt_{overload_name.replace('.', '_')}"
@@ -165,6 +170,7 @@ _register_foreach()
 def foreach_zero_(self: list[torch.Tensor]) -> None:
     for t in self:
         fill_scalar(t, 0)
+    increment_version(list(self))
 
 
 @kernel("_foreach_copy_", ir=("copy",))
@@ -172,6 +178,7 @@ def foreach_copy_(self: list[torch.Tensor], src: list[torch.Tensor], non_blockin
     _check_lists("_foreach_copy_", self, src)
     for dst, s in zip(self, src):
         copy_from(s, dst, non_blocking)
+    increment_version(list(self))
 
 
 @kernel("_foreach_norm.Scalar", ir=("vector_norm",))

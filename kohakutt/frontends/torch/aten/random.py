@@ -15,6 +15,7 @@ draws are made in int32 (the card's integers), so their range must fit int32.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,9 @@ _INT32 = (-(2**31), 2**31 - 1)
 _MANTISSA = {torch.float32: 24, torch.bfloat16: 8}  # torch's random_() range for floats: [0, 2^digits]
 
 
+_generator_lock = threading.Lock()
+
+
 def _with_generator(impl: Callable[[Args, list[torch.Tensor]], None]) -> Callable[[Args, list[torch.Tensor]], None]:
     """Run a random op's kernel drawing from its ``generator=`` (a ``torch.Generator(device="tt")``), if given."""
 
@@ -44,9 +48,10 @@ def _with_generator(impl: Callable[[Args, list[torch.Tensor]], None]) -> Callabl
             )
 
         def take(blocks: int) -> tuple[int, int]:
-            offset = g.get_offset()
-            g.set_offset(offset + blocks)
-            return g.initial_seed(), offset
+            with _generator_lock:  # two threads drawing from one generator get disjoint blocks
+                offset = g.get_offset()
+                g.set_offset(offset + blocks)
+                return g.initial_seed(), offset
 
         with runner.draws_from(take):
             return impl(a, outs)
