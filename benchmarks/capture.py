@@ -12,6 +12,7 @@ Figures are milliseconds per step, median of N steps, all in one run:
 Ratios: replay end to end over CPU eager, and eager host cost over replay host cost (what capture saves the host).
 On the simulator, end to end includes the card's arithmetic computed on this CPU; a real card does it in ``card``.
 Memory: peak allocated while replaying, and the allocated bytes after each replay (must not grow).
+Last, the host cost of the model's forward (no_grad) op by op and through torch.compile(backend="ktt_tt").
 Run: python benchmarks/capture.py [--steps 10] [--json]
 """
 
@@ -81,6 +82,21 @@ def gated_host_ms(fn, steps: int) -> list[float]:
     return out
 
 
+def forward_host_ms(steps: int) -> dict[str, float]:
+    """Host cost of the model's forward under torch.no_grad(), op by op and through torch.compile(backend="ktt_tt")
+    (a replay plus a copy of the output)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.LayerNorm(512), nn.SiLU(), nn.Linear(512, 10)).to("tt")
+    compiled = torch.compile(model, backend="ktt_tt")
+    x = torch.randn(128, 256).to("tt")
+    with torch.no_grad():
+        for _ in range(3):  # op by op, recorded, replayed
+            compiled(x)
+        eager = gated_host_ms(lambda: model(x), steps)
+        fast = gated_host_ms(lambda: compiled(x), steps)
+    return {"eager": statistics.median(eager), "compiled": statistics.median(fast)}
+
+
 def run(steps: int) -> dict:
     dev = kohakutt.device(0)
     cpu_step, cx, cy = setup(torch.device("cpu"))
@@ -107,7 +123,9 @@ def run(steps: int) -> dict:
     replayed = end_to_end_ms(one, steps, sync)
     host_replay = gated_host_ms(one, steps)
     loss = replay(x, y).item()
+    peak = torch.tt.max_memory_allocated()
     med = statistics.median
+    fwd = forward_host_ms(steps)
     report = {
         "benchmark": "capture",
         "cpus": os.cpu_count(),
@@ -123,10 +141,13 @@ def run(steps: int) -> dict:
         "replay_over_cpu": med(replayed) / med(cpu),
         "replay_over_eager": med(replayed) / med(eager),
         "host_saving": med(host_eager) / med(host_replay),
-        "peak_bytes": torch.tt.max_memory_allocated(),
+        "peak_bytes": peak,
         "allocated_bytes": after,
         "grows": after[-1] > after[0],
         "final_loss": loss,
+        "forward_host_eager_ms": fwd["eager"],
+        "forward_host_compiled_ms": fwd["compiled"],
+        "forward_host_saving": fwd["eager"] / fwd["compiled"],
     }
     replay.release()
     return report
@@ -149,6 +170,8 @@ def table(r: dict) -> str:
         f"replay / CPU eager {r['replay_over_cpu']:.2f}x; replay / tt eager {r['replay_over_eager']:.2f}x; "
         f"host cost eager / replay {r['host_saving']:.0f}x",
         f"peak {r['peak_bytes'] / 2**20:.2f} MiB; allocated after each replay grows: {'YES' if r['grows'] else 'no'}",
+        f"forward, host cost: op by op {r['forward_host_eager_ms']:.3f} ms, torch.compile(backend='ktt_tt') "
+        f"{r['forward_host_compiled_ms']:.3f} ms ({r['forward_host_saving']:.0f}x less)",
     ]
     return "\n".join(lines)
 
