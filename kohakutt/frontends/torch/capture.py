@@ -338,7 +338,9 @@ def capture(fn: Callable[..., Any], *args: Any, warmup: int = 3, **kwargs: Any) 
         stream = runtime.current_stream(chip)
         recorded = _private(leaves)
         rargs, rkwargs = pytree.tree_unflatten(recorded, spec)
-        versions = {i: t._version for i, t in enumerate(recorded) if isinstance(t, torch.Tensor)}
+        tensors = [(i, t) for i, t in enumerate(recorded) if isinstance(t, torch.Tensor)]
+        versions = {i: t._version for i, t in tensors if not t.is_inference()}
+        untracked = {i for i, t in tensors if t.is_inference()}  # no version counter: taken as written
         trace: Trace | None = None
         try:
             with (_optimizer_hooks(*_no_new_state()), _HostStateGuard(), amp.no_cast_cache(),
@@ -349,7 +351,7 @@ def capture(fn: Callable[..., Any], *args: Any, warmup: int = 3, **kwargs: Any) 
             for t in pytree.tree_leaves(outputs):
                 if isinstance(t, torch.Tensor) and t.device.type != "tt":
                     raise TraceError(f"{name!r} returned a {t.device} tensor; a trace can only return tt tensors")
-            written = {i for i, v in versions.items() if recorded[i]._version != v}
+            written = {i for i, v in versions.items() if recorded[i]._version != v} | untracked
             return Replay(fn, trace, chip, spec, recorded, outputs, switched, written)
         except BaseException as e:
             if trace is not None:

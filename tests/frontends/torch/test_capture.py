@@ -393,3 +393,15 @@ def test_foreach_optimizer_steps_count_as_in_place_writes():
     before = lin.weight._version
     opt.step()
     assert lin.weight._version > before  # as CUDA's fused foreach kernels bump it
+
+
+def test_capture_and_compile_under_inference_mode():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU()).to(DEV)
+    with torch.inference_mode():
+        x, y = torch.randn(4, 16).to(DEV), torch.randn(4, 16).to(DEV)
+        replay = kohakutt.capture(lambda t: model(t), x, warmup=1)
+        assert torch.equal(replay(y).cpu(), model(y).cpu())
+        z = torch.randn(8, 16).to(DEV)[4:]  # a slice: through the private copy
+        assert torch.equal(replay(z).cpu(), model(z).cpu())
+        replay.release()
