@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import functools
 import itertools
+import sys
 import threading
 import types
 import warnings
@@ -116,6 +117,10 @@ def install() -> None:
         _register_kernels()
         _install_printing()
         _keep_parameters_on_conversion()
+        if "torch._dynamo" in sys.modules:  # else the compile backends' module does it when torch.compile loads them
+            from torch._dynamo import trace_rules
+
+            trace_rules.add("kohakutt")  # Dynamo never traces into the tt kernels' Python
         atexit.register(_shutdown)
         _installed = True
 
