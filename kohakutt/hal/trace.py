@@ -39,13 +39,7 @@ class Trace:
     @property
     def buffers(self) -> list[Buffer]:
         """Every buffer a recorded command uses, in first-use order."""
-        if self._ended and self._plan is not None:
-            return list(self._plan[0])
-        seen: dict[int, Buffer] = {}
-        for cmd in self.commands:
-            for b in cmd.buffers:
-                seen.setdefault(b.id, b)
-        return list(seen.values())
+        return list((self._replay_plan() if self._ended else self._scan())[0])
 
     @property
     def inputs(self) -> list[Buffer]:
@@ -57,17 +51,20 @@ class Trace:
     def estimate_ns(self) -> float:
         return sum(c.estimate_ns for c in self.commands)
 
+    def _scan(self) -> tuple[list[Buffer], dict[int, list[int]], float]:
+        """The buffers the commands use (first-use order), which commands use each buffer, and the estimate."""
+        uses: dict[int, list[int]] = {}
+        seen: dict[int, Buffer] = {}
+        for i, cmd in enumerate(self.commands):
+            for b in cmd.buffers:
+                seen.setdefault(b.id, b)
+                uses.setdefault(b.id, []).append(i)
+        return list(seen.values()), uses, self.estimate_ns
+
     def _replay_plan(self) -> tuple[list[Buffer], dict[int, list[int]], float]:
-        """Worked out once the capture has ended (the list no longer changes): the buffers, which commands use
-        each buffer, and the estimate."""
+        """:meth:`_scan`, worked out once the capture has ended (the list no longer changes)."""
         if self._plan is None:
-            uses: dict[int, list[int]] = {}
-            seen: dict[int, Buffer] = {}
-            for i, cmd in enumerate(self.commands):
-                for b in cmd.buffers:
-                    seen.setdefault(b.id, b)
-                    uses.setdefault(b.id, []).append(i)
-            self._plan = (list(seen.values()), uses, self.estimate_ns)
+            self._plan = self._scan()
         return self._plan
 
     def replay(self, bindings: Mapping[Buffer, Buffer] | None = None, *, stream: Stream | None = None,

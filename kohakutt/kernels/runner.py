@@ -69,11 +69,16 @@ def draws_from(take: Callable[[int], tuple[int, int]] | None) -> Iterator[None]:
         _source.take = prev
 
 
+def _blocks(draws: int) -> int:
+    """Philox counter steps a draw of ``draws`` numbers takes (four words per step; at least one)."""
+    return max(1, -(-draws // 4))
+
+
 def _next_seed(device: Device, draws: int) -> tuple[int, int]:
     with _rng_lock:
         st = _rng.setdefault(device.chip_id, [0, 0])
         seed = (st[0], st[1])
-        st[1] += max(1, -(-draws // 4))  # Philox yields four 64-bit words per counter step
+        st[1] += _blocks(draws)
         return seed
 
 
@@ -217,7 +222,7 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
             if (stream or dev.current_stream).capturing is not None:
                 raise TraceError(f"{op}: a draw from a generator object cannot be captured in a trace (every replay "
                                  "would repeat its numbers); draw from the default stream inside captured code")
-            kwargs["seed"] = take(max(1, -(-plan.draws // 4)))
+            kwargs["seed"] = take(_blocks(plan.draws))
     dev.enqueue(Command(op, _execute, buffers, kwargs, plan.estimate_ns), stream)
     return outs
 

@@ -15,9 +15,11 @@ The rules are CUDA graphs' rules, checked where they can be:
 - Random draws take the next block of the chip's random stream on every replay, as eager ops would.
 - 0-dim CPU tensors are numbers to the ops that read them, so the trace holds their values: a replay must pass the
   same values.
-- A replay takes new arguments of the captured shapes, dtypes and strides: a tensor that fills its whole storage is
-  used in place of the captured one, any other is copied into the captured tensor first (and back after, in case
-  the step wrote to it). Other arguments must equal the captured ones.
+- A replay takes new arguments of the captured shapes and dtypes: a tensor that is all of its storage, with the
+  captured strides, is used in place of the captured one; a slice is recorded through a private copy the trace
+  owns, into which a replay copies the new argument (and back after, when the step writes it). Arguments that
+  shared a storage at capture must share it the same way. Other arguments must equal the captured ones.
+  ``docs/concepts/trace.md`` has the whole contract.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def _capturable_optimizers(switched: list[torch.optim.Optimizer]) -> Callable[..
             params = [p for p in group["params"] if p.device.type == "tt"]
             if not params or "capturable" not in group or group["capturable"]:
                 continue
-            if any(runtime.device(p.device.index or 0).current_stream.capturing is not None for p in params[:1]):
+            if runtime.device(params[0].device.index or 0).current_stream.capturing is not None:
                 raise TraceError(
                     f"{type(opt).__name__} is not capturable and takes its first step of the capture inside the "
                     "recording, where its step counters cannot move to the card: capture with warmup >= 1 (or "
@@ -119,15 +121,19 @@ def _optimizer_hooks(pre: Callable[..., None], post: Callable[..., None] | None 
             h.remove()
 
 
+def _is_tt(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == "tt"
+
+
 def _host_scalar(t: Any) -> bool:
     """A 0-dim CPU tensor: ops read it as a number when they are queued, so a trace holds its value."""
     return isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() == 0
 
 
 def _chip(leaves: list[Any]) -> int | None:
-    chips = {t.device.index or 0 for t in leaves if isinstance(t, torch.Tensor) and t.device.type == "tt"}
-    if any(isinstance(t, torch.Tensor) and t.device.type != "tt" and not _host_scalar(t) for t in leaves):
-        bad = next(t for t in leaves if isinstance(t, torch.Tensor) and t.device.type != "tt" and not _host_scalar(t))
+    chips = {t.device.index or 0 for t in leaves if _is_tt(t)}
+    bad = next((t for t in leaves if isinstance(t, torch.Tensor) and not _is_tt(t) and not _host_scalar(t)), None)
+    if bad is not None:
         raise TraceError(
             f"capture: an argument is a {bad.device} tensor; a trace cannot copy from the host, so move it to the "
             "card first (.to('tt'))"
@@ -160,17 +166,19 @@ def _describe(spec: Any) -> str:
         return str(spec)
 
 
-def _storage_groups(leaves: list[Any]) -> tuple[int, ...]:
-    """For each leaf, the position of the first tt tensor leaf sharing its storage (its own position, or -1 for
-    what is not a tt tensor), with the storage offset: how the arguments alias one another."""
+def _storage_groups(leaves: list[Any]) -> tuple[Any, ...]:
+    """How the arguments alias one another: per leaf, -1 when it is not a tt tensor, its own position when it is the
+    first leaf over its storage, else (the first such leaf's position, its storage offset)."""
     first: dict[int, int] = {}
     out: list[Any] = []
     for i, t in enumerate(leaves):
-        if isinstance(t, torch.Tensor) and t.device.type == "tt" and t.untyped_storage().data_ptr():
-            out.append((first.setdefault(t.untyped_storage().data_ptr(), i), t.storage_offset()))
-        else:
+        ptr = t.untyped_storage().data_ptr() if _is_tt(t) else 0
+        if not ptr:
             out.append(-1)
-    return tuple(o if o == -1 or o[0] != i else i for i, o in enumerate(out))
+            continue
+        j = first.setdefault(ptr, i)
+        out.append(i if j == i else (j, t.storage_offset()))
+    return tuple(out)
 
 
 def _private(leaves: list[Any]) -> list[Any]:
@@ -181,8 +189,7 @@ def _private(leaves: list[Any]) -> list[Any]:
     shared = {g[0] for g in groups if isinstance(g, tuple)}
     out = list(leaves)
     for i, t in enumerate(leaves):
-        if (isinstance(t, torch.Tensor) and t.device.type == "tt" and groups[i] == i and i not in shared
-                and not _covers(t)):
+        if _is_tt(t) and groups[i] == i and i not in shared and not _covers(t):
             with torch.no_grad():
                 out[i] = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
             out[i].requires_grad_(t.requires_grad)
@@ -193,6 +200,15 @@ def _covers(t: torch.Tensor) -> bool:
     """Whether ``t`` is all of a whole buffer: a replay may then use another such tensor in its place."""
     return (_whole(t) is not None and t.storage_offset() == 0
             and t.numel() * t.element_size() == t.untyped_storage().nbytes())
+
+
+def _release(trace: Trace) -> None:
+    """Release ``trace``, handing the buffers torch tensors still hold over to them (storages torch let go of are
+    handed back first)."""
+    if trace.released:
+        return
+    runtime.drain_frees()
+    trace.release(keep=[b for b in trace.owned if b.data_ptr in runtime._buffers])
 
 
 def _kind(t: torch.Tensor) -> tuple[Any, ...]:
@@ -212,13 +228,13 @@ class Replay:
         self._leaves = leaves  # as recorded: an argument that is not a whole storage is the trace's private copy
         self._written = written or set()  # arguments the step writes (copied back to the caller's tensor)
         self._inputs = {b.id for b in trace.inputs}
-        self._buffers = [_whole(t) if isinstance(t, torch.Tensor) and t.device.type == "tt" else None for t in leaves]
+        self._buffers = [_whole(t) if _is_tt(t) else None for t in leaves]
         self._groups = _storage_groups(leaves)
         self._draws = runner.random_draws(trace.commands)
         self.outputs = outputs
         self._out_leaves, self._out_spec = pytree.tree_flatten(outputs)
         storages = {t.untyped_storage().data_ptr(): i for i, t in enumerate(leaves)
-                    if isinstance(t, torch.Tensor) and t.device.type == "tt" and t.untyped_storage().data_ptr()}
+                    if _is_tt(t) and t.untyped_storage().data_ptr()}
         self._aliases = {  # output position -> (argument position, view): outputs that are views of an argument
             j: (storages[t.untyped_storage().data_ptr()], tuple(t.shape), t.stride(), t.storage_offset())
             for j, t in enumerate(self._out_leaves)
@@ -248,7 +264,7 @@ class Replay:
                 "that were one tensor as one buffer): pass them as captured, or capture again"
             )
         bindings: dict[Buffer, Buffer] = {}
-        copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+        copies: list[tuple[int, torch.Tensor, torch.Tensor]] = []
         for i, (old, new) in enumerate(zip(self._leaves, leaves)):
             if not isinstance(old, torch.Tensor):
                 if isinstance(new, torch.Tensor) or new != old:
@@ -270,17 +286,16 @@ class Replay:
                     and new.stride() == old.stride() and new.storage_offset() == old.storage_offset()):
                 bindings[cap] = buf
             else:
-                copies.append((old, new))
+                copies.append((i, old, new))
         with torch.no_grad():
-            for old, new in copies:
+            for _, old, new in copies:
                 old.copy_(new)
         stream = runtime.current_stream(self.chip)
         self.trace.replay(bindings, stream=stream, args=runner.next_seeds(self.trace.device, self._draws))
-        if copies and self._written:
-            with torch.no_grad():
-                for old, new in copies:
-                    if any(old is self._leaves[i] for i in self._written):
-                        new.copy_(old)  # what the step wrote into its input reaches the caller's tensor
+        with torch.no_grad():
+            for i, old, new in copies:
+                if i in self._written:
+                    new.copy_(old)  # what the step wrote into its input reaches the caller's tensor
         self.replays += 1
         out = self.outputs
         if self._aliases and (bindings or copies):  # a view of an argument is that view of the new argument
@@ -300,11 +315,8 @@ class Replay:
 
     def release(self) -> None:
         """Free the trace's intermediates. Outputs you still hold stay valid (they become ordinary tensors)."""
-        if self.trace.released or self.trace.device.closed:
-            return
-        runtime.drain_frees()
-        held = [b for b in self.trace.owned if b.data_ptr in runtime._buffers]
-        self.trace.release(keep=held)
+        if not self.trace.device.closed:
+            _release(self.trace)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown
@@ -357,8 +369,7 @@ def capture(fn: Callable[..., Any], *args: Any, warmup: int = 3, **kwargs: Any) 
             if trace is not None:
                 outputs = None
                 gc.collect()
-                runtime.drain_frees()
-                trace.release(keep=[b for b in trace.owned if b.data_ptr in runtime._buffers])
+                _release(trace)
             if isinstance(e, TraceError):
                 raise TraceError(f"while capturing {name!r}: {e}") from e
             raise
