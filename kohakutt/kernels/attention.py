@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal.card import CardSpec
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Fidelity, Numerics
@@ -41,7 +42,8 @@ TTNN_NAMES = (
     "transformer.scaled_dot_product_attention", "init_device_compute_kernel_config", "MathFidelity.LoFi",
     "MathFidelity.HiFi2", "MathFidelity.HiFi3", "MathFidelity.HiFi4", "matmul", "multiply", "add", "subtract", "exp",
     "log", "max", "sum", "where", "isneginf", "full", "triu", "reshape", "permute", "repeat_interleave", "slice",
-    "concat", "typecast", "to_torch", "float32", "bfloat16", "TILE_LAYOUT",
+    "concat", "typecast", "to_torch", "float32", "bfloat16", "bfloat8_b", "bfloat4_b", "int32", "uint32", "uint16",
+    "uint8", "TILE_LAYOUT",
 )  # fmt: skip
 # The keywords passed by name to each TT-NN callable (checked by tests/hal/test_ttnn_contract.py).
 TTNN_SIGNATURES: dict[str, tuple[str, ...]] = {
@@ -641,19 +643,23 @@ def _config(tt: Any, x: Any, num: Numerics) -> Any:
                                                 packer_l1_acc=False)  # fmt: skip
 
 
-def _tt_mask(tt: Any, mask: Any) -> Any:
-    """A mask as TT-NN's SDPA takes it: additive bf16, 4-D (a bool mask becomes 0 / -inf)."""
+def _tt_mask(tt: Any, mask: Any, like: Any) -> Any:
+    """A mask as TT-NN's SDPA takes it: additive, in ``like``'s dtype, 4-D. A bool mask (which ``card_call`` hands
+    over as int32) becomes 0 where kept and -inf where masked (TT-NN's where takes no integer condition)."""
     if mask is None:
         return None
-    if "bool" in str(mask.dtype).lower() or "uint8" in str(mask.dtype).lower():
-        mask = tt.where(mask, 0.0, -math.inf)
+    if mask.dtype in (tt.int32, tt.uint32, tt.uint16, tt.uint8):
+        mask = tt.where(tt.typecast(mask, like.dtype), 0.0, -math.inf)
+    elif mask.dtype != like.dtype:
+        mask = tt.typecast(mask, like.dtype)
     shape = tuple(mask.shape)
     return tt.reshape(mask, (1,) * (4 - len(shape)) + shape) if len(shape) < 4 else mask
 
 
 def _tt_causal(tt: Any, like: Any, sq: int, skv: int, offset: int) -> Any:
-    """The causal mask as an additive (1, 1, Sq, Skv) bf16 tensor: -inf where key j > query i + offset."""
-    full = tt.full((1, 1, sq, skv), -math.inf, dtype=tt.bfloat16, layout=tt.TILE_LAYOUT, device=like.device())
+    """The causal mask as an additive (1, 1, Sq, Skv) tensor in ``like``'s dtype: -inf where key j > query i +
+    offset."""
+    full = tt.full((1, 1, sq, skv), -math.inf, dtype=like.dtype, layout=tt.TILE_LAYOUT, device=like.device())
     return tt.triu(full, diagonal=1 + offset)
 
 
@@ -674,7 +680,7 @@ def _tt_lse(tt: Any, q: Any, k: Any, mask: Any, scale: float, causal: bool, offs
     dead = tt.isneginf(mx)
     lse = tt.add(mx, tt.log(tt.sum(tt.exp(tt.subtract(s, mx)), dim=-1, keepdim=True)))
     lse = tt.where(dead, -math.inf, lse)
-    return tt.typecast(tt.reshape(lse, tuple(q.shape[:3])), tt.float32), dead
+    return tt.typecast(tt.reshape(lse, tuple(q.shape)[:3]), tt.float32), dead
 
 
 def _tt_forward(tt: Any, q: Any, k: Any, v: Any, mask: Any, scale: float, causal: bool, offset: int,
@@ -682,6 +688,12 @@ def _tt_forward(tt: Any, q: Any, k: Any, v: Any, mask: Any, scale: float, causal
     """TT-NN's SDPA (is_causal only for top-left causal without a mask: TT-NN takes one or the other, so other cases
     pass the causal triangle inside the mask), with rows that see no key set to 0 (TT-NN's kernel gives NaN)."""
     sq, skv = q.shape[2], k.shape[2]
+    if q.dtype not in (tt.bfloat16, tt.bfloat8_b, tt.bfloat4_b):
+        raise KohakuTTUnsupportedOperator(f"scaled_dot_product_attention: TT-NN's SDPA takes bfloat16 or block "
+                                          f"floats, not {q.dtype}")  # fmt: skip
+    if k.shape[3] != v.shape[3]:
+        raise KohakuTTUnsupportedOperator(f"scaled_dot_product_attention: TT-NN's SDPA takes one head dim for keys "
+                                          f"and values, got {k.shape[3]} and {v.shape[3]}")  # fmt: skip
     if causal and (mask is not None or offset or sq != skv):
         tri = _tt_causal(tt, q, sq, skv, offset)
         mask, causal = (tri if mask is None else tt.add(mask, tri)), False
@@ -705,7 +717,7 @@ def sdpa_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list
     q, k, v = inputs[:3]
     if k.shape[2] == 0:
         return _tt_empty(tt, q, out_specs[0].shape, out_specs[1].shape)
-    mask = _tt_mask(tt, inputs[3] if len(inputs) > 3 else None)
+    mask = _tt_mask(tt, inputs[3] if len(inputs) > 3 else None, q)
     return _tt_forward(tt, q, k, v, mask, resolve_scale(attrs["scale"], q.shape[-1]), bool(attrs["is_causal"]), 0,
                        num)  # fmt: skip
 
@@ -723,7 +735,7 @@ def _tt_backward(tt: Any, g: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, mask
         s = tt.add(s, mask)
     if causal:
         s = tt.add(s, _tt_causal(tt, q, q.shape[2], k.shape[2], offset))
-    lse4 = tt.reshape(tt.typecast(lse, tt.bfloat16), (*tuple(lse.shape), 1))
+    lse4 = tt.reshape(tt.typecast(lse, q.dtype), (*tuple(lse.shape), 1))
     p = tt.where(tt.isneginf(lse4), 0.0, tt.exp(tt.subtract(s, lse4)))  # rows that saw no key: no gradient
     dv = tt.matmul(p, g, transpose_a=True, compute_kernel_config=cfg)
     dp = tt.matmul(g, vv, transpose_b=True, compute_kernel_config=cfg)
@@ -742,7 +754,7 @@ def _tt_backward(tt: Any, g: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, mask
 @ttnn("sdpa_backward")
 def sdpa_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list[TensorSpec]) -> Any:
     g, q, k, v, o, lse = inputs[:6]
-    mask = _tt_mask(tt, inputs[6] if len(inputs) > 6 else None)
+    mask = _tt_mask(tt, inputs[6] if len(inputs) > 6 else None, q)
     return _tt_backward(tt, g, q, k, v, o, lse, mask, resolve_scale(attrs["scale"], q.shape[-1]),
                         bool(attrs["is_causal"]), 0, num)  # fmt: skip
 
@@ -802,9 +814,9 @@ def sdpa_varlen_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics,
         ls = tt.reshape(tt.slice(lse, (0, q0), (lse.shape[0], q1)), (1, lse.shape[0], q1 - q0))
         dq, dk, dv = _tt_backward(tt, *seq, _tt_seq(tt, o, q0, q1), ls, None, scale, causal, (k1 - k0) - (q1 - q0),
                                   num)  # fmt: skip
-        dqs.append(tt.permute(tt.reshape(dq, tuple(dq.shape[1:])), (1, 0, 2)))
-        dks.append(tt.permute(tt.reshape(dk, tuple(dk.shape[1:])), (1, 0, 2)))
-        dvs.append(tt.permute(tt.reshape(dv, tuple(dv.shape[1:])), (1, 0, 2)))
+        dqs.append(tt.permute(tt.reshape(dq, tuple(dq.shape)[1:]), (1, 0, 2)))
+        dks.append(tt.permute(tt.reshape(dk, tuple(dk.shape)[1:]), (1, 0, 2)))
+        dvs.append(tt.permute(tt.reshape(dv, tuple(dv.shape)[1:]), (1, 0, 2)))
     ends = (bounds[-1][1], bounds[-1][3]) if bounds else (0, 0)
     for parts, x, end in ((dqs, q, ends[0]), (dks, k, ends[1]), (dvs, v, ends[1])):
         if x.shape[0] > end or not parts:  # packed rows outside every sequence get no gradient

@@ -43,7 +43,7 @@ from kohakutt.kernels.registry import SimCall, sim, ttnn
 
 TTNN_NAMES = (
     "conv1d", "conv2d", "conv_transpose2d", "experimental.conv3d", "experimental.prepare_conv3d_weights",
-    "Conv2dConfig", "Conv3dConfig", "permute", "reshape", "to_layout", "from_device", "to_device",
+    "Conv2dConfig", "Conv3dConfig", "permute", "reshape", "pad", "to_layout", "from_device", "to_device",
     "ROW_MAJOR_LAYOUT", "TILE_LAYOUT", "init_device_compute_kernel_config",
     *FIDELITY_AND_DTYPE_NAMES,
 )  # fmt: skip
@@ -502,7 +502,11 @@ def conv_backward(call: SimCall) -> list[np.ndarray]:
 
 # ----------------------------------------------------------------------------------------------- TT-NN (a card)
 def _host_weights(tt: Any, w: Any) -> Any:
-    """Conv weights as TT-NN's conv ops take them: a row-major host tensor, prepared by the op."""
+    """Conv weights as TT-NN's conv ops take them: a row-major host tensor, prepared by the op; a 1-d kernel
+    (O, I, K) as the 2-d (O, I, 1, K) of the height-1 convolution it runs as."""
+    shape = tuple(w.shape)
+    if len(shape) == 3:
+        w = tt.reshape(w, (*shape[:2], 1, shape[2]))
     w = w if w.layout == tt.ROW_MAJOR_LAYOUT else tt.to_layout(w, tt.ROW_MAJOR_LAYOUT)
     return tt.from_device(w)
 
@@ -525,18 +529,29 @@ def conv_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs:
     weight = _host_weights(tt, w)
     bias = None
     if len(inputs) == 3:
-        if g.d == 3:  # conv3d takes a [1, 1, 1, 32, C] tile-padded bias on the device
-            bias = tt.to_layout(tt.reshape(inputs[2], (1, 1, 1, 1, g.c_out)), tt.TILE_LAYOUT)
+        if g.d == 3:  # conv3d takes a 2-d (1, C) bias on the device (0.81.1 checks the rank)
+            bias = tt.to_layout(tt.reshape(inputs[2], (1, g.c_out)), tt.TILE_LAYOUT)
         else:  # conv1d / conv2d prepare a [1, 1, 1, C] host bias themselves
             bias = tt.from_device(tt.to_layout(tt.reshape(inputs[2], (1, 1, 1, g.c_out)), tt.ROW_MAJOR_LAYOUT))
     dtype = ttnn_dtype(tt, out_specs[0].dtype)
     pads = [p for lo_hi in g.padding for p in lo_hi]  # (before, after) per dim: TT-NN's [top, bottom, left, right]
     if g.d == 3:
         x = tt.to_layout(x, tt.ROW_MAJOR_LAYOUT)
-        w5 = tt.experimental.prepare_conv3d_weights(weight_tensor=weight, groups=g.groups, device=dev)
+        # one C_in block of all input channels, padded with zero channels to the 16 L1 alignment TT-NN's conv3d
+        # needs (a zero channel adds exact zeros); TT-NN's default blocks and aligns C_in by 32
+        c_in = g.c_in // g.groups
+        block = -(-c_in // 16) * 16
+        if block != c_in:
+            if g.groups != 1:
+                raise KohakuTTUnsupportedOperator(f"conv: TT-NN's conv3d needs {c_in} channels per group to be a "
+                                                  "multiple of 16")  # fmt: skip
+            x = tt.pad(x, [(0, 0)] * 4 + [(0, block - c_in)], 0.0)
+        w5 = tt.experimental.prepare_conv3d_weights(weight_tensor=weight, groups=g.groups, C_in_block=block,
+                                                    alignment=16, device=dev)  # fmt: skip
         out = tt.experimental.conv3d(
             input_tensor=x,
             weight_tensor=w5,
+            config=tt.Conv3dConfig(C_in_block=block, alignment=16),
             device=dev,
             bias_tensor=bias,
             dtype=dtype,
@@ -581,4 +596,4 @@ def conv_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs:
     out = tt.reshape(out, (n, *g.out_spatial, g.c_out))  # TT-NN returns [1, 1, N*H*W, C]
     if not g.channels_last:
         out = tt.permute(out, (0, g.d + 1, *range(1, g.d + 1)))
-    return out if g.batched else tt.reshape(out, tuple(out.shape[1:]))
+    return out if g.batched else tt.reshape(out, tuple(out.shape)[1:])

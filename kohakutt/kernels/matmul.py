@@ -36,7 +36,8 @@ FIDELITY_AND_DTYPE_NAMES = (
     "bfloat4_b",
 )  # what compute_config and ttnn_dtype reach for
 TTNN_NAMES = (
-    "matmul", "linear", "addmm", "outer", "multiply", "add", "to_layout", "TILE_LAYOUT", "ROW_MAJOR_LAYOUT",
+    "matmul", "linear", "addmm", "multiply", "add", "reshape", "expand", "to_layout", "TILE_LAYOUT",
+    "ROW_MAJOR_LAYOUT",
     "init_device_compute_kernel_config", *FIDELITY_AND_DTYPE_NAMES,
 )  # fmt: skip
 
@@ -251,9 +252,33 @@ def _tt_mm_config(tt: Any, inputs: Sequence[Any], numerics: Numerics, out: Tenso
     return compute_config(tt, inputs[0].device(), fid, acc)
 
 
+def _broadcast(x: Sequence[int], y: Sequence[int]) -> list[int]:
+    n = max(len(x), len(y))
+    xs, ys = [1] * (n - len(x)) + list(x), [1] * (n - len(y)) + list(y)
+    return [max(p, q) if 1 in (p, q) else p for p, q in zip(xs, ys)]
+
+
+def batched(tt: Any, a: Any, b: Any) -> tuple[Any, Any]:
+    """``a`` and ``b`` with the batch dims TT-NN's matmul takes: a 2-D ``b`` broadcasts as is; otherwise both get
+    the same rank and the full broadcast batch (TT-NN broadcasts no batch dim of either operand then)."""
+    sa, sb = list(a.shape), list(b.shape)
+    if len(sa) < 2 or len(sb) <= 2:
+        return a, b
+    batch = _broadcast(sa[:-2], sb[:-2])
+
+    def full(t: Any, s: list[int]) -> Any:
+        if s[:-2] == batch:
+            return t
+        if len(s) - 2 < len(batch):
+            t = tt.reshape(t, [1] * (len(batch) - len(s) + 2) + s)
+        return tt.expand(t, [*batch, *s[-2:]])
+
+    return full(a, sa), full(b, sb)
+
+
 @ttnn("matmul")
 def matmul_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
-    a, b = (tiled(tt, t) for t in inputs)
+    a, b = batched(tt, *(tiled(tt, t) for t in inputs))
     return tt.matmul(
         a,
         b,
@@ -284,6 +309,8 @@ def linear_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_spec
 @ttnn("addmm")
 def addmm_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
     bias, a, b = (tiled(tt, t) for t in inputs)
+    if list(bias.shape) != [a.shape[0], b.shape[1]]:  # TT-NN's addmm broadcasts no bias: matmul, then add
+        return baddbmm_ttnn(tt, inputs, attrs, numerics, out_specs)
     return tt.addmm(
         bias,
         a,
@@ -298,6 +325,7 @@ def addmm_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs
 @ttnn("baddbmm")
 def baddbmm_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
     bias, a, b = (tiled(tt, t) for t in inputs)
+    a, b = batched(tt, a, b)
     out = tt.matmul(
         a,
         b,
@@ -313,4 +341,10 @@ def baddbmm_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_spe
 
 @ttnn("outer")
 def outer_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
-    return tt.outer(inputs[0], inputs[1])
+    """The batched outer product (..., n) x (..., m) -> (..., n, m) as one broadcast multiply (the simulator's model;
+    ``ttnn.outer`` flattens its operands instead). Below HiFi4 TT-NN's FPU multiply, as the ``mul`` op takes it."""
+    a, b = inputs
+    sa, sb = list(a.shape), list(b.shape)
+    fid = numerics.fidelity
+    fpu = bool(numerics.approx) or (fid is not None and fid < Fidelity.HiFi4)
+    return tt.multiply(tt.reshape(a, [*sa, 1]), tt.reshape(b, [*sb[:-1], 1, sb[-1]]), fast_and_approximate_mode=fpu)

@@ -781,7 +781,7 @@ def tt_gather(tt, inputs, attrs, numerics, out_specs):
     return tt_finish(tt, tt.gather(tt.to_layout(x, tt.TILE_LAYOUT), d, index=tt_index(tt, idx)), out_specs[0])
 
 
-_TT_REDUCE = {None: None, "sum": "add", "prod": "multiply", "amax": "amax", "amin": "amin"}
+_TT_REDUCE = {None: None, "sum": "add", "prod": "multiply"}  # TT-NN 0.81.1's scatter reduces by add or multiply
 
 
 @ttnn("scatter")
@@ -792,9 +792,15 @@ def tt_scatter(tt, inputs, attrs, numerics, out_specs):
             f"scatter: TT-NN's scatter has no reduce={attrs['reduce']!r} with include_self={attrs['include_self']}"
         )
     d = norm_dim(attrs["dim"], len(x.shape), "scatter")
+    if x.dtype == tt.float32:  # TT-NN's scatter takes float32 in row-major layout only (input and source)
+        x = tt.to_layout(x, tt.ROW_MAJOR_LAYOUT)
     if not hasattr(src, "shape"):
         src = tt.full(shape=list(idx.shape), fill_value=src, dtype=x.dtype, layout=x.layout, device=x.device())
-    out = tt.scatter(x, d, tt_index(tt, idx), src, reduce=_TT_REDUCE[attrs["reduce"]])
+    elif src.dtype == tt.float32:
+        src = tt.to_layout(src, tt.ROW_MAJOR_LAYOUT)
+    # a tiled int index has a length limit along dim: TT-NN takes the index row-major
+    index = tt.to_layout(tt_index(tt, idx), tt.ROW_MAJOR_LAYOUT)
+    out = tt.scatter(x, d, index, src, reduce=_TT_REDUCE[attrs["reduce"]])
     return tt_finish(tt, out, out_specs[0])
 
 
@@ -829,6 +835,10 @@ def tt_one_hot(tt, inputs, attrs, numerics, out_specs):
 def tt_sort(tt, inputs, attrs, numerics, out_specs):
     x = inputs[0]
     d = norm_dim(attrs["dim"], len(x.shape), "sort")
+    if x.dtype in (tt.bfloat8_b, tt.bfloat4_b):
+        x = tt.typecast(x, tt.bfloat16)  # exact: a block float's values all fit bfloat16
+    elif x.dtype not in (tt.bfloat16, tt.float32):  # float32 holds no int32 exactly above 2^24: refuse, not reorder
+        raise KohakuTTUnsupportedOperator(f"sort: TT-NN's sort takes bfloat16 / float32 values, not {x.dtype}")
     vals, order = tt.sort(x, dim=d, descending=bool(attrs["descending"]), stable=bool(attrs["stable"]))
     return [tt_finish(tt, vals, out_specs[0]), tt_finish(tt, order, out_specs[1])]
 
@@ -883,6 +893,9 @@ def tt_ones(tt, inputs, attrs, numerics, out_specs, device=None):
 def tt_arange(tt, inputs, attrs, numerics, out_specs, device=None):
     start, end, step, _, _ = mdefs.arange_params(attrs)
     s = out_specs[0]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)):
+        # TT-NN's arange takes integer bounds only: fractional ones are made on the host, as the simulator does
+        return _tt_upload(tt, arange(SimCall("arange", [], [], attrs, numerics, out_specs)), s, device)
     out = tt.arange(
         start=start,
         end=end,

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal.card import P150A, CardSpec
 from kohakutt.hal.layout import Format
 from kohakutt.ir.defs.norm import normalized, param_names
@@ -695,7 +696,8 @@ for _op, _rms, _fused in (("layer_norm", False, False), ("add_layer_norm", False
     _fwd_cost = norm_cost(1 if _rms else 2, 3 + _fused + (0 if _rms else 1), 2)
     sim(_op, estimate=_fwd_cost)(lambda call, _r=_rms, _f=_fused: ttnn_rowwise(call, _r, _f))
     sim(_op, provider="ktt", estimate=_fwd_cost, program=_program)(
-        lambda call, _r=_rms, _f=_fused: ktt_rowwise(call, _r, _f))
+        lambda call, _r=_rms, _f=_fused: ktt_rowwise(call, _r, _f)
+    )
 
 sim("layer_norm_backward", estimate=norm_cost(3, 7, 0, launches=2))(ttnn_layer_norm_backward)
 sim("layer_norm_backward", provider="ktt", estimate=norm_cost(3, 7, 0))(lambda c: ktt_row_backward(c, False))
@@ -768,6 +770,19 @@ for _op, _rms, _fused in (("layer_norm", False, False), ("add_layer_norm", False
     ttnn(_op)(_tt_rowwise(_op, _rms, _fused))
 
 
+def _tt_bf16(tt: Any, op: str, **tensors: Any) -> dict[str, Any]:
+    """The tensors (None kept) in bfloat16, which TT-NN's moreh norms take only: block floats widen exactly;
+    float32 and integers are refused, not rounded."""
+    out = {}
+    for name, t in tensors.items():
+        if t is not None and t.dtype in (tt.bfloat8_b, tt.bfloat4_b):
+            t = tt.typecast(t, tt.bfloat16)
+        elif t is not None and t.dtype != tt.bfloat16:
+            raise KohakuTTUnsupportedOperator(f"{op}: TT-NN's kernel takes bfloat16 only; {name} is {t.dtype}")
+        out[name] = t
+    return out
+
+
 def _tt_nchw(tt: Any, t: Any) -> Any:
     return _tiled(tt, tt.reshape(t, _nchw(tuple(t.shape))))
 
@@ -777,13 +792,17 @@ def group_norm_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, out_specs
     x = inputs[0]
     c = x.shape[1]
     p = _tt_params(tt, inputs, attrs, 1, "group_norm", "wb", (1, 1, 1, c))
+    t = _tt_bf16(tt, "group_norm", x=_tt_nchw(tt, x), w=p.get("w"), b=p.get("b"))
     y, mean, rstd = tt.moreh_group_norm(
-        _tt_nchw(tt, x), int(attrs["num_groups"]), eps=float(attrs["eps"]), gamma=p.get("w"), beta=p.get("b"),
+        t["x"], int(attrs["num_groups"]), eps=float(attrs["eps"]), gamma=t["w"], beta=t["b"],
         are_required_outputs=[True, True, True], compute_kernel_config=kernel_config(tt, x, num, fp32_acc=False,
                                                                                      approx=True))  # fmt: skip
     stat = out_specs[1].shape
-    return [tt.reshape(as_dtype(tt, y, out_specs[0].dtype), tuple(x.shape)),
-            tt.reshape(tt.typecast(mean, tt.float32), stat), tt.reshape(tt.typecast(rstd, tt.float32), stat)]
+    return [
+        tt.reshape(as_dtype(tt, y, out_specs[0].dtype), tuple(x.shape)),
+        tt.reshape(tt.typecast(mean, tt.float32), stat),
+        tt.reshape(tt.typecast(rstd, tt.float32), stat),
+    ]
 
 
 @ttnn("batch_norm")
@@ -795,6 +814,8 @@ def batch_norm_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, out_specs
     training = bool(attrs["training"])
     eps = float(attrs["eps"])
     cfg = kernel_config(tt, x, num, fp32_acc=x.dtype == tt.float32)
+    wide = tt.float32 if any(t.dtype == tt.float32 for t in p.values()) else tt.bfloat16
+    p = {k: t if t.dtype == wide else tt.typecast(t, wide) for k, t in p.items()}  # one dtype for all parameters
     running = {k: tt.clone(p[k]) for k in "mv" if k in p and training}  # ttnn.batch_norm updates them in place
     y = tt.batch_norm(x4, running_mean=running.get("m", p.get("m")), running_var=running.get("v", p.get("v")),
                       training=training, eps=eps, momentum=float(attrs["momentum"]), weight=p.get("w"),
@@ -817,7 +838,8 @@ def layer_norm_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, 
     axis = normalized(shape, attrs["normalized_shape"], "layer_norm_backward")
     p = _tt_params(tt, inputs, attrs, 4, "layer_norm_backward", "wb", shape[axis:] or (1,))
     mask = attrs["output_mask"]
-    w = p.get("w")
+    t = _tt_bf16(tt, "layer_norm_backward", g=g, x=x, mean=mean, rstd=rstd, w=p.get("w"))
+    g, x, mean, rstd, w = t["g"], t["x"], t["mean"], t["rstd"], t["w"]
     return tt.moreh_layer_norm_backward(
         _tiled(tt, g), _tiled(tt, x), _tiled(tt, mean), _tiled(tt, rstd), len(shape) - axis, gamma=w,
         input_grad=tt.zeros_like(x) if mask[0] else None,
@@ -833,9 +855,11 @@ def group_norm_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, 
     p = _tt_params(tt, inputs, attrs, 4, "group_norm_backward", "w", (1, 1, 1, c))
     groups = int(attrs["num_groups"])
     stat = (1, 1, x.shape[0], groups)
+    t = _tt_bf16(tt, "group_norm_backward", g=_tt_nchw(tt, g), x=_tt_nchw(tt, x), mean=tt.reshape(mean, stat),
+                 rstd=tt.reshape(rstd, stat), w=p.get("w"))  # fmt: skip
     dx, dw, db = tt.moreh_group_norm_backward(
-        _tt_nchw(tt, g), _tt_nchw(tt, x), _tiled(tt, tt.reshape(mean, stat)), _tiled(tt, tt.reshape(rstd, stat)),
-        groups, are_required_outputs=list(attrs["output_mask"]), gamma=p.get("w"),
+        t["g"], t["x"], _tiled(tt, t["mean"]), _tiled(tt, t["rstd"]),
+        groups, are_required_outputs=list(attrs["output_mask"]), gamma=t["w"],
         compute_kernel_config=kernel_config(tt, x, num, fp32_acc=False, approx=True))  # fmt: skip
     return [None if t is None else tt.reshape(t, s.shape) for t, s in zip((dx, dw, db), out_specs)]
 

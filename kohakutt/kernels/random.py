@@ -176,6 +176,7 @@ TTNN_SIGNATURES: dict[str, tuple[str, ...]] = {
     "experimental.dropout": ("seed", "probability", "scale"),
     "full_like": ("tensor", "fill_value"),
     "sort": ("dim",),
+    "ones_like": ("dtype",),
 }
 
 
@@ -240,6 +241,10 @@ def tt_dropout(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs
         return [x, tt.typecast(tt.ones_like(x), tt.uint8)]
     s = tt_seed(seed)
     scale = 1.0 / (1.0 - p) if p < 1.0 else 0.0
-    out = tt.experimental.dropout(x, seed=s, probability=p, scale=scale)
-    kept = tt.experimental.dropout(tt.ones_like(x), seed=s, probability=p, scale=1.0)  # the same draws: the mask
+    # the same draws give the mask; TT-NN's dropout returns bfloat16, so another dtype takes the mask in its own
+    kept = tt.experimental.dropout(tt.ones_like(x, dtype=tt.bfloat16), seed=s, probability=p, scale=1.0)
+    if x.dtype == tt.bfloat16:
+        out = tt.experimental.dropout(x, seed=s, probability=p, scale=scale)
+    else:
+        out = tt.multiply(tt.multiply(x, tt.typecast(kept, x.dtype)), scale)
     return [out, tt.typecast(tt.ne(kept, 0.0), tt.uint8)]

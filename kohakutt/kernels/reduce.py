@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal.card import CardSpec
 from kohakutt.ir.defs.reduce import one_dim, reduced_dims
 from kohakutt.ir.dtypes import DType
@@ -34,6 +35,7 @@ from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath as cm
 from kohakutt.kernels import cost
 from kohakutt.kernels.registry import SimCall, sim, ttnn
+from kohakutt.kernels.ttnn_io import STORED
 
 TILE = 32
 
@@ -523,9 +525,9 @@ def vector_norm(call: SimCall) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------ real card: TT-NN
-_TTNN_DTYPE = {DType.FLOAT32: "float32", DType.BFLOAT16: "bfloat16", DType.BFLOAT8_B: "bfloat8_b",
-               DType.BFLOAT4_B: "bfloat4_b", DType.INT32: "int32", DType.INT64: "int32", DType.UINT32: "uint32",
-               DType.UINT16: "uint16", DType.UINT8: "uint8", DType.BOOL: "uint8"}  # fmt: skip
+# Each function below gets its operands and gives its results through kohakutt.kernels.ttnn_io.card_call: tiles,
+# uint8 / uint16 widened to int32, results brought to the output spec's dtype and layout there.
+_TTNN_DTYPE = STORED
 
 
 def kernel_config(ttnn_: Any, x: Any, num: Numerics, *, fp32_acc: bool = True, approx: bool = False) -> Any:
@@ -556,7 +558,8 @@ def _dims_arg(shape: Sequence[int], dims: Any) -> list[int] | None:
 
 
 def _finish(ttnn_: Any, t: Any, spec: TensorSpec) -> Any:
-    return ttnn_.reshape(as_dtype(ttnn_, t, spec.dtype), list(spec.shape))
+    """``t`` in the output's shape (its dtype is brought to the spec by ``card_call``: TT-NN reshapes no uint8)."""
+    return ttnn_.reshape(t, list(spec.shape))
 
 
 def _ttnn_reduce(name: str, converts: bool = True):
@@ -583,6 +586,8 @@ def prod_ttnn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs: l
     x = inputs[0]
     if attrs.get("dtype") is not None:
         x = as_dtype(ttnn_, x, out_specs[0].dtype)
+    if x.dtype not in (ttnn_.bfloat16, ttnn_.float32, ttnn_.bfloat8_b, ttnn_.bfloat4_b):
+        raise KohakuTTUnsupportedOperator(f"prod: TT-NN's prod takes bfloat16 / float32 tensors, not {x.dtype}")
     shape = tuple(x.shape)
     dims = reduced_dims(shape, attrs["dims"])
     if len(dims) == len(shape):
@@ -594,10 +599,16 @@ def prod_ttnn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs: l
 
 def _ttnn_arg(largest: bool):
     def fn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list[TensorSpec]) -> Any:
-        x = inputs[0] if largest else ttnn_.neg(inputs[0])  # argmin = argmax(-x): first occurrence is kept
+        x = inputs[0]
+        if x.dtype in (ttnn_.bfloat8_b, ttnn_.bfloat4_b):
+            x = ttnn_.typecast(x, ttnn_.bfloat16)  # exact: a block float's values all fit bfloat16
+        elif x.dtype not in (ttnn_.bfloat16, ttnn_.float32):  # float32 holds no int32 exactly above 2^24
+            raise KohakuTTUnsupportedOperator(f"{'argmax' if largest else 'argmin'}: TT-NN's argmax takes bfloat16 "
+                                              f"/ float32 tensors, not {x.dtype}")  # fmt: skip
+        x = x if largest else ttnn_.neg(x)  # argmin = argmax(-x): first occurrence is kept
         shape = tuple(x.shape)
-        if attrs["dim"] is None or len(shape) <= 1:
-            return _finish(ttnn_, ttnn_.argmax(x), out_specs[0])
+        if attrs["dim"] is None or len(shape) <= 1:  # over all values: TT-NN takes that in row-major layout only
+            return _finish(ttnn_, ttnn_.argmax(ttnn_.to_layout(x, ttnn_.ROW_MAJOR_LAYOUT)), out_specs[0])
         d = one_dim(shape, attrs["dim"])
         perm = [i for i in range(len(shape)) if i != d] + [d]  # TT-NN's argmax works along the last dim
         y = ttnn_.argmax(ttnn_.permute(x, perm), dim=-1, keepdim=True)
@@ -633,6 +644,9 @@ def _ttnn_var(kind: str):
         x = inputs[0]
         shape = tuple(x.shape)
         dims = reduced_dims(shape, attrs["dims"])
+        if x.dtype == ttnn_.float32 and num.fp32_acc is False:
+            raise KohakuTTUnsupportedOperator(f"{kind}: TT-NN's var / std of float32 needs an fp32 DST; leave "
+                                              "fp32_acc unset or True")  # fmt: skip
         cfg = kernel_config(ttnn_, x, num)
         c = float(attrs["correction"])
         dim_arg = _dims_arg(shape, attrs["dims"])

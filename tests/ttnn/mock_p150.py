@@ -113,9 +113,10 @@ class MockP150:
 
     def run(self, args: list[str], *, input: str | None = None, timeout: float = 600,
             **extra_env: str) -> subprocess.CompletedProcess:  # fmt: skip
-        """Run the TT-NN venv's Python with ``args`` against the mock; output captured as text."""
+        """Run the TT-NN venv's Python with ``args`` against the mock; output captured as text. It runs in the
+        mock's work folder: TT-Metal writes a ``generated/`` folder into the current one."""
         return subprocess.run([str(self.python), *args], input=input, capture_output=True, text=True,
-                              env=self.env(**extra_env), timeout=timeout)  # fmt: skip
+                              env=self.env(**extra_env), timeout=timeout, cwd=self.root.parent)  # fmt: skip
 
     def commands(self) -> list[dict]:
         """The compiler command lines the JIT issued since the last :meth:`clear_commands`, oldest first: each
@@ -359,7 +360,8 @@ def _link_firmware(python: Path, root: Path, desc: Path, cache: Path, precompile
     target it tried to build."""
     probe_cache = cache / "probe"
     env = MockP150(python, root, desc, probe_cache, None, ()).env()
-    res = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, env=env, timeout=300)
+    res = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=root.parent)  # fmt: skip
     keys = sorted(_firmware_keys(probe_cache))
     if res.returncode != 0 or not keys:
         raise MockUnavailable(f"the mocked P150 did not reach its firmware build: {res.stderr.strip()[-2000:]}")

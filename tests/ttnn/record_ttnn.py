@@ -1,0 +1,132 @@
+"""A pytest plugin that records the op library's TT-NN calls while the op library's own tests run on the simulator.
+
+``pytest -p record_ttnn --ttnn-record=OUT.json tests/kernels ...``: every op the tests run through the kernel runner
+(``kohakutt.kernels.runner``) is, once per distinct call (IR op, operand specs and scalar values, attributes,
+numerics), also given to the op's TT-NN implementation with :class:`fake_ttnn.FakeTTNN` standing in for ``ttnn`` and
+fake input tensors of the same specs on the mocked card. The calls it makes are written to OUT.json, one case per
+distinct op call, for ``replay_ttnn.py`` to make for real. The simulator still runs every op as usual.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fake_ttnn import DataType, FakeError, FakeTTNN, Layout
+
+MAX_PER_OP = 40  # distinct calls kept per IR op (the first ones the tests make)
+VALUES_UP_TO = 1024  # integer input tensors this small carry their values (the op library may read them back)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.fake = FakeTTNN()
+        self.cases: list[dict[str, Any]] = []
+        self.seen: set[str] = set()
+        self.per_op: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def record(self, op: str, in_specs: list, values: list, attrs: dict, numerics: Any, out_specs: list,
+               seed: tuple[int, int]) -> None:  # fmt: skip
+        from kohakutt.errors import KohakuTTUnsupportedOperator
+        from kohakutt.ir.ops import TensorSpec
+        from kohakutt.kernels import registry
+        from kohakutt.kernels.ttnn_io import STORED, card_call
+
+        key = repr((op, [str(s) for s in in_specs], [v for v in values if not isinstance(v, np.ndarray)],
+                    sorted((k, repr(v)) for k, v in attrs.items()), str(numerics)))  # fmt: skip
+        with self.lock:
+            if key in self.seen or self.per_op[op] >= MAX_PER_OP:
+                return
+            self.seen.add(key)
+            impl = registry.lookup(op, "ttnn", "ttnn")
+            if impl is None:
+                return
+            self.per_op[op] += 1
+            fake = self.fake
+            fake.start()
+            inputs: list[Any] = []
+            for spec, v in zip(in_specs, values):
+                if isinstance(spec, TensorSpec):
+                    small = isinstance(v, np.ndarray) and v.dtype.kind in "iub" and v.size <= VALUES_UP_TO
+                    inputs.append(fake.leaf(spec.shape, getattr(DataType, STORED[spec.dtype].upper()),
+                                            Layout.TILE if spec.layout.value == "tile" else Layout.ROW_MAJOR,
+                                            values=np.array(v) if small else None))  # fmt: skip
+                else:
+                    inputs.append(v)
+            fn = impl.fn
+            params = inspect.signature(fn).parameters
+            extra = {k: v for k, v in (("device", fake.device), ("seed", seed)) if k in params}
+            src = inspect.unwrap(fn)
+            case = {
+                "op": op,
+                "impl": f"{src.__module__}.{src.__qualname__}",
+                "impl_source": f"{Path(inspect.getsourcefile(src)).name}:{inspect.getsourcelines(src)[1]}",
+                "in_specs": [str(s) for s in in_specs],
+                "attrs": {k: repr(v) for k, v in attrs.items()},
+                "numerics": str(numerics),
+                "out_specs": [
+                    {"shape": list(s.shape), "dtype": STORED[s.dtype].upper(), "layout": s.layout.value}
+                    for s in out_specs
+                ],
+                "inputs": [fake.encode(x) for x in inputs],
+            }
+            try:
+                result = card_call(impl, fake, inputs, dict(attrs), numerics, list(out_specs), **extra)
+                case |= {"status": "ok", "returns": fake.encode(result)}
+            except KohakuTTUnsupportedOperator as e:
+                case |= {"status": "unsupported", "error": str(e)}
+            except (FakeError, TypeError, AttributeError, ValueError, IndexError, KeyError, AssertionError) as e:
+                tb = traceback.extract_tb(e.__traceback__)
+                where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb)
+                              if "/kohakutt/kernels/" in f.filename), "?")  # fmt: skip
+                case |= {"status": "error", "error": f"{type(e).__name__}: {e}", "where": where}
+            case |= {"calls": fake.calls, "tensors": {str(k): v for k, v in fake.tensors.items()}}
+            self.cases.append(case)
+
+
+RECORDER = Recorder()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--ttnn-record", default=None, help="write the op library's recorded TT-NN calls here")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption("--ttnn-record"):
+        return
+    from kohakutt.kernels import runner
+    from kohakutt.kernels.tensor import DeviceTensor, decode
+
+    original = runner._execute
+
+    def _execute(*buffers: Any, impl: Any, in_views: list, out_views: list, in_specs: list, attrs: dict,
+                 numerics: Any, out_specs: list, seed: tuple[int, int], **kw: Any) -> None:  # fmt: skip
+        values = []
+        for i, t in in_views:
+            if i is not None and isinstance(t, DeviceTensor) and t.spec.numel <= VALUES_UP_TO:
+                values.append(decode(runner._rebind(t, buffers[i]), buffers[i].device.backend.host_view(buffers[i])))
+            else:
+                values.append(None if i is not None else t)
+        original(*buffers, impl=impl, in_views=in_views, out_views=out_views, in_specs=in_specs, attrs=attrs,
+                 numerics=numerics, out_specs=out_specs, seed=seed, **kw)  # fmt: skip
+        try:
+            RECORDER.record(impl.op, list(in_specs), values, attrs, numerics, list(out_specs), seed)
+        except Exception as e:  # the recording must never change what the tests see
+            RECORDER.cases.append({"op": impl.op, "status": "error", "error": f"recorder: {type(e).__name__}: {e}",
+                                   "calls": [], "tensors": {}})  # fmt: skip
+
+    runner._execute = _execute
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    out = session.config.getoption("--ttnn-record")
+    if out:
+        Path(out).write_text(json.dumps({"cases": RECORDER.cases}))
