@@ -36,8 +36,7 @@ FIDELITY_AND_DTYPE_NAMES = (
     "bfloat4_b",
 )  # what compute_config and ttnn_dtype reach for
 TTNN_NAMES = (
-    "matmul", "linear", "addmm", "multiply", "add", "reshape", "expand", "to_layout", "TILE_LAYOUT",
-    "ROW_MAJOR_LAYOUT",
+    "matmul", "linear", "addmm", "multiply", "add", "reshape", "expand",
     "init_device_compute_kernel_config", *FIDELITY_AND_DTYPE_NAMES,
 )  # fmt: skip
 
@@ -243,10 +242,6 @@ def compute_config(
     )
 
 
-def tiled(tt: Any, t: Any) -> Any:
-    return t if t.layout == tt.TILE_LAYOUT else tt.to_layout(t, tt.TILE_LAYOUT)
-
-
 def _tt_mm_config(tt: Any, inputs: Sequence[Any], numerics: Numerics, out: TensorSpec) -> Any:
     fid, acc = matmul_numerics(numerics, [dtype_of(t) for t in inputs], out.dtype)
     return compute_config(tt, inputs[0].device(), fid, acc)
@@ -278,7 +273,7 @@ def batched(tt: Any, a: Any, b: Any) -> tuple[Any, Any]:
 
 @ttnn("matmul")
 def matmul_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
-    a, b = batched(tt, *(tiled(tt, t) for t in inputs))
+    a, b = batched(tt, *inputs)
     return tt.matmul(
         a,
         b,
@@ -294,8 +289,8 @@ def bmm_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: 
 
 @ttnn("linear")
 def linear_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
-    x, w = tiled(tt, inputs[0]), tiled(tt, inputs[1])
-    bias = tiled(tt, inputs[2]) if len(inputs) == 3 else None
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) == 3 else None
     return tt.linear(
         x,
         w,
@@ -308,7 +303,7 @@ def linear_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_spec
 
 @ttnn("addmm")
 def addmm_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
-    bias, a, b = (tiled(tt, t) for t in inputs)
+    bias, a, b = inputs
     if list(bias.shape) != [a.shape[0], b.shape[1]]:  # TT-NN's addmm broadcasts no bias: matmul, then add
         return baddbmm_ttnn(tt, inputs, attrs, numerics, out_specs)
     return tt.addmm(
@@ -324,7 +319,7 @@ def addmm_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs
 
 @ttnn("baddbmm")
 def baddbmm_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
-    bias, a, b = (tiled(tt, t) for t in inputs)
+    bias, a, b = inputs
     a, b = batched(tt, a, b)
     out = tt.matmul(
         a,

@@ -623,8 +623,6 @@ def tt_host_index(tt: Any, device: Any, flat: np.ndarray) -> Any:
 
 def tt_take(tt: Any, x: Any, flat: np.ndarray, spec: TensorSpec) -> Any:
     """out.flat = x.flat[flat] for positions known when the op is built: one TT-NN gather over x as a row."""
-    if not flat.size:
-        return tt.zeros(list(spec.shape), dtype=tt_dtype(tt, spec.dtype), layout=tt_layout(tt, spec), device=x.device())
     row = tt.to_layout(tt.reshape(x, [1, int(np.prod(list(x.shape)))]), tt.TILE_LAYOUT)
     out = tt.gather(row, -1, index=tt_host_index(tt, x.device(), flat))
     return tt_finish(tt, tt.reshape(out, list(spec.shape)), spec)
@@ -748,6 +746,8 @@ def tt_roll(tt, inputs, attrs, numerics, out_specs):
 def tt_repeat(tt, inputs, attrs, numerics, out_specs):
     x = inputs[0]
     reps = list(mdefs.ints(attrs["repeats"], "repeat", "repeats"))
+    if not reps:  # no repeats of a scalar: the scalar (TT-NN's repeat takes rank >= 1)
+        return tt_finish(tt, x, out_specs[0])
     x = tt.reshape(x, [1] * (len(reps) - len(x.shape)) + list(x.shape))
     return tt_finish(tt, tt.repeat(x, reps), out_specs[0])
 
@@ -808,6 +808,10 @@ def tt_scatter(tt, inputs, attrs, numerics, out_specs):
 def tt_index_select(tt, inputs, attrs, numerics, out_specs):
     x, idx = inputs
     shape = list(out_specs[0].shape)
+    if len(shape) <= 1:  # TT-NN's gather and expand take rank >= 2: a vector (or scalar) gathers as one row
+        n, m = max(1, int(np.prod(list(x.shape)))), max(1, int(np.prod(list(idx.shape))))
+        row = tt.gather(tt.reshape(x, [1, n]), -1, index=tt_index(tt, tt.reshape(idx, [1, m])))
+        return tt_finish(tt, tt.reshape(row, shape), out_specs[0])
     d = norm_dim(attrs["dim"], len(shape), "index_select")
     col = tt.reshape(idx, [shape[d] if k == d else 1 for k in range(len(shape))])
     return tt_finish(
@@ -835,9 +839,7 @@ def tt_one_hot(tt, inputs, attrs, numerics, out_specs):
 def tt_sort(tt, inputs, attrs, numerics, out_specs):
     x = inputs[0]
     d = norm_dim(attrs["dim"], len(x.shape), "sort")
-    if x.dtype in (tt.bfloat8_b, tt.bfloat4_b):
-        x = tt.typecast(x, tt.bfloat16)  # exact: a block float's values all fit bfloat16
-    elif x.dtype not in (tt.bfloat16, tt.float32):  # float32 holds no int32 exactly above 2^24: refuse, not reorder
+    if x.dtype not in (tt.bfloat16, tt.float32):  # float32 holds no int32 exactly above 2^24: refuse, not reorder
         raise KohakuTTUnsupportedOperator(f"sort: TT-NN's sort takes bfloat16 / float32 values, not {x.dtype}")
     vals, order = tt.sort(x, dim=d, descending=bool(attrs["descending"]), stable=bool(attrs["stable"]))
     return [tt_finish(tt, vals, out_specs[0]), tt_finish(tt, order, out_specs[1])]

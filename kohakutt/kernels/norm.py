@@ -70,8 +70,8 @@ from kohakutt.kernels.registry import SimCall, sim, ttnn
 TTNN_NAMES = (
     "layer_norm", "rms_norm", "moreh_group_norm", "batch_norm", "moreh_layer_norm_backward",
     "moreh_group_norm_backward", "add", "subtract", "multiply", "mean", "sum", "rsqrt", "reshape", "typecast",
-    "to_layout", "zeros_like", "clone", "TILE_LAYOUT", "float32", "bfloat16", "bfloat8_b", "bfloat4_b", "int32",
-    "uint32", "uint16", "uint8", "init_device_compute_kernel_config", "MathFidelity.LoFi", "MathFidelity.HiFi2",
+    "zeros_like", "zeros", "clone", "TILE_LAYOUT", "float32", "bfloat16", "bfloat8_b", "bfloat4_b", "int32", "uint32",
+    "uint16", "uint8", "init_device_compute_kernel_config", "MathFidelity.LoFi", "MathFidelity.HiFi2",
     "MathFidelity.HiFi3", "MathFidelity.HiFi4",
 )  # fmt: skip
 
@@ -714,14 +714,10 @@ sim("batch_norm_backward", provider="ktt", estimate=norm_cost(3, 6, 0))(ktt_batc
 
 
 # ------------------------------------------------------------------------------------------ real card: TT-NN
-def _tiled(tt: Any, t: Any) -> Any:
-    return t if t is None or t.layout == tt.TILE_LAYOUT else tt.to_layout(t, tt.TILE_LAYOUT)
-
-
 def _tt_params(tt: Any, inputs: list, attrs: dict, n_in: int, op: str, allowed: str, shape: tuple[int, ...]) -> dict:
     """The parameter operands by letter, reshaped to ``shape`` in tile layout."""
     names = param_names(attrs["params"], len(inputs) - n_in, op, allowed)
-    return {c: _tiled(tt, tt.reshape(t, shape)) for c, t in zip(names, inputs[n_in:])}
+    return {c: tt.reshape(t, shape) for c, t in zip(names, inputs[n_in:])}
 
 
 def _tt_eps(attrs: dict, x: Any, tt: Any) -> float:
@@ -737,8 +733,8 @@ def _tt_rowwise(op: str, rms: bool, fused: bool):
         axis = normalized(shape, attrs["normalized_shape"], op)
         width = math.prod(shape[axis:])
         flat = (*shape[:axis], width) if axis else (1, width)
-        xr = _tiled(tt, tt.reshape(x, flat))
-        rr = _tiled(tt, tt.reshape(inputs[1], flat)) if fused else None
+        xr = tt.reshape(x, flat)
+        rr = tt.reshape(inputs[1], flat) if fused else None
         p = _tt_params(tt, inputs, attrs, 2 if fused else 1, op, "wb", (1, width))
         eps = _tt_eps(attrs, x, tt)
         norm = tt.rms_norm if rms else tt.layer_norm
@@ -784,7 +780,7 @@ def _tt_bf16(tt: Any, op: str, **tensors: Any) -> dict[str, Any]:
 
 
 def _tt_nchw(tt: Any, t: Any) -> Any:
-    return _tiled(tt, tt.reshape(t, _nchw(tuple(t.shape))))
+    return tt.reshape(t, _nchw(tuple(t.shape)))
 
 
 @ttnn("group_norm")
@@ -838,13 +834,20 @@ def layer_norm_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, 
     axis = normalized(shape, attrs["normalized_shape"], "layer_norm_backward")
     p = _tt_params(tt, inputs, attrs, 4, "layer_norm_backward", "wb", shape[axis:] or (1,))
     mask = attrs["output_mask"]
-    t = _tt_bf16(tt, "layer_norm_backward", g=g, x=x, mean=mean, rstd=rstd, w=p.get("w"))
+    stat = shape[:axis] or (1,)  # TT-NN takes the statistics without the normalized dims' trailing 1s
+    t = _tt_bf16(tt, "layer_norm_backward", g=g, x=x, mean=tt.reshape(mean, stat), rstd=tt.reshape(rstd, stat),
+                 w=p.get("w"))  # fmt: skip
     g, x, mean, rstd, w = t["g"], t["x"], t["mean"], t["rstd"], t["w"]
+
+    def grad(i: int) -> Any:  # the output buffer TT-NN writes grad i into
+        if not mask[i]:
+            return None
+        if i == 0:
+            return tt.zeros_like(x)
+        return tt.zeros(shape=list(out_specs[i].shape), dtype=x.dtype, layout=tt.TILE_LAYOUT, device=x.device())
+
     return tt.moreh_layer_norm_backward(
-        _tiled(tt, g), _tiled(tt, x), _tiled(tt, mean), _tiled(tt, rstd), len(shape) - axis, gamma=w,
-        input_grad=tt.zeros_like(x) if mask[0] else None,
-        gamma_grad=tt.zeros_like(w if w is not None else tt.reshape(x, shape)) if mask[1] else None,
-        beta_grad=tt.zeros_like(w if w is not None else tt.reshape(x, shape)) if mask[2] else None,
+        g, x, mean, rstd, len(shape) - axis, gamma=w, input_grad=grad(0), gamma_grad=grad(1), beta_grad=grad(2),
         compute_kernel_config=kernel_config(tt, x, num, fp32_acc=False, approx=True))  # fmt: skip
 
 
@@ -858,7 +861,7 @@ def group_norm_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, 
     t = _tt_bf16(tt, "group_norm_backward", g=_tt_nchw(tt, g), x=_tt_nchw(tt, x), mean=tt.reshape(mean, stat),
                  rstd=tt.reshape(rstd, stat), w=p.get("w"))  # fmt: skip
     dx, dw, db = tt.moreh_group_norm_backward(
-        t["g"], t["x"], _tiled(tt, t["mean"]), _tiled(tt, t["rstd"]),
+        t["g"], t["x"], t["mean"], t["rstd"],
         groups, are_required_outputs=list(attrs["output_mask"]), gamma=t["w"],
         compute_kernel_config=kernel_config(tt, x, num, fp32_acc=False, approx=True))  # fmt: skip
     return [None if t is None else tt.reshape(t, s.shape) for t, s in zip((dx, dw, db), out_specs)]
@@ -871,7 +874,7 @@ def _tt_rms_backward(tt: Any, inputs: list, attrs: dict, num: Numerics, out_spec
     width = math.prod(shape[axis:])
     flat = (math.prod(shape[:axis]), width)
     p = _tt_params(tt, inputs, attrs, 3, "rms_norm_backward", "wb", (1, width))
-    g2, x2, r2 = (_tiled(tt, tt.reshape(t, s)) for t, s in ((g, flat), (x, flat), (rstd, (flat[0], 1))))
+    g2, x2, r2 = (tt.reshape(t, s) for t, s in ((g, flat), (x, flat), (rstd, (flat[0], 1))))
     cfg = kernel_config(tt, x, num, fp32_acc=x.dtype == tt.float32)
     xhat = tt.multiply(x2, r2)
     gw = tt.multiply(g2, p["w"]) if "w" in p else g2
@@ -893,8 +896,8 @@ def batch_norm_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, 
     p = _tt_params(tt, inputs, attrs, 4, "batch_norm_backward", "w", (1, c, 1, 1))
     chan = (1, c, 1, 1)
     g4, x4 = _tt_nchw(tt, g), _tt_nchw(tt, x)
-    mean4 = _tiled(tt, tt.reshape(mean, chan))
-    inv = _tiled(tt, tt.reshape(second, chan))
+    mean4 = tt.reshape(mean, chan)
+    inv = tt.reshape(second, chan)
     if not attrs["training"]:
         inv = tt.rsqrt(tt.add(inv, float(attrs["eps"])))
     scale = tt.multiply(inv, p["w"]) if "w" in p else inv

@@ -77,8 +77,13 @@ def card_call(impl: Any, tt: Any, inputs: Sequence[Any], attrs: dict[str, Any], 
             f"{impl.op}: an operand is empty and TT-NN takes no empty tensors, but the result is not empty; "
             "run it on the host (KTT_CPU_FALLBACK=1) or avoid the empty operand"
         )
-    res = impl.fn(tt, [operand(tt, x) if is_tensor(x) else x for x in inputs], dict(attrs), numerics,
-                  list(out_specs), **kw)  # fmt: skip
+    try:
+        res = impl.fn(tt, [operand(tt, x) if is_tensor(x) else x for x in inputs], dict(attrs), numerics,
+                      list(out_specs), **kw)  # fmt: skip
+    except KohakuTTUnsupportedOperator as e:
+        if str(e).startswith(f"{impl.op}:"):
+            raise
+        raise KohakuTTUnsupportedOperator(f"{impl.op}: {e}") from None  # name the op asked for, not a helper
     many = isinstance(res, list | tuple)
     outs = list(res) if many else [res]
     if len(outs) != len(out_specs):

@@ -12,10 +12,8 @@ lists, host arrays by shape and dtype, configs as the calls that made them), the
 
 from __future__ import annotations
 
-import inspect
 import math
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -521,13 +519,13 @@ class FakeTTNN:
 
     def op_sort(self, x: FakeTensor, dim: int = -1, descending: bool = False, stable: bool = False,
                 **kwargs: Any) -> list[FakeTensor]:  # fmt: skip
-        return [self._out(x), self._out(x, dtype=DataType.UINT16 if x.dtype == DataType.BFLOAT16 else DataType.UINT32)]
+        return [self._out(x), self._out(x, dtype=_index_dtype(x))]
 
     def op_topk(self, x: FakeTensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True,
                 **kwargs: Any) -> list[FakeTensor]:  # fmt: skip
         shape = _dims(x)
         shape[_norm(dim, len(shape))] = int(k)
-        return [self._out(x, shape), self._out(x, shape, dtype=DataType.UINT16)]
+        return [self._out(x, shape), self._out(x, shape, dtype=_index_dtype(x))]
 
     def op_argmax(self, x: FakeTensor, dim: int | None = None, keepdim: bool = False, **kw: Any) -> FakeTensor:
         return self._out(x, _reduced(_dims(x), dim, keepdim), dtype=DataType.UINT32, layout=ROW_MAJOR_LAYOUT)
@@ -740,6 +738,11 @@ class FakeTTNN:
     op_Conv3dConfig = op_Conv2dConfig
 
 
+def _index_dtype(x: FakeTensor) -> Enum:
+    """The dtype of the indices TT-NN's sort and topk return: uint16 for bfloat16 values, else uint32."""
+    return DataType.UINT16 if x.dtype == DataType.BFLOAT16 else DataType.UINT32
+
+
 def _tensors_in(v: Any) -> list[FakeTensor]:
     if isinstance(v, FakeTensor):
         return [v]
@@ -748,15 +751,22 @@ def _tensors_in(v: Any) -> list[FakeTensor]:
     return []
 
 
+_POSITIONS: dict[Any, list] = {}
+
+
 def call_site() -> str:
-    """``file:line:end_line:end_col`` of the innermost frame in ``kohakutt/kernels`` that led here: the op library's
-    call expression (the end position tells apart calls nested on one line)."""
-    for frame in reversed(traceback.extract_stack(sys._getframe(1))):
-        path = Path(frame.filename)
+    """``file:line:end_line:end_col`` of the innermost frame in ``kohakutt/kernels`` that led here: the position of
+    the op library's call expression (its end tells apart calls nested on one line)."""
+    f = sys._getframe(1)
+    while f is not None:
+        path = Path(f.f_code.co_filename)
         if path.is_relative_to(KERNELS):
-            return (
-                f"{path.relative_to(KERNELS.parents[1]).as_posix()}:{frame.lineno}:{frame.end_lineno}:{frame.end_colno}"
-            )
+            positions = _POSITIONS.get(f.f_code)
+            if positions is None:
+                positions = _POSITIONS[f.f_code] = list(f.f_code.co_positions())
+            line, end_line, _, end_col = positions[f.f_lasti // 2]
+            return f"{path.relative_to(KERNELS.parents[1]).as_posix()}:{line}:{end_line}:{end_col}"
+        f = f.f_back
     return "?"
 
 
@@ -787,5 +797,4 @@ def run_ttnn(fake: FakeTTNN, op: str, shapes: Sequence[Any], attrs: dict[str, An
               fake.leaf(s.shape, getattr(DataType, STORED[s.dtype].upper()), Layout.ROW_MAJOR,
                         np.asarray(values[i]) if i in values else None) for i, s in enumerate(specs)]  # fmt: skip
     impl = registry.lookup(op, "ttnn", "ttnn")
-    extra = {"device": fake.device} if "device" in inspect.signature(impl.fn).parameters else {}
-    return card_call(impl, fake, inputs, bound, numerics or Numerics(), d.infer(specs, bound), **extra)
+    return card_call(impl, fake, inputs, bound, numerics or Numerics(), d.infer(specs, bound))

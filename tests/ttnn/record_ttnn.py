@@ -63,7 +63,8 @@ class Recorder:
                     inputs.append(v)
             fn = impl.fn
             params = inspect.signature(fn).parameters
-            extra = {k: v for k, v in (("device", fake.device), ("seed", seed)) if k in params}
+            # creation ops take the card's default device (TT-NN's GetDefaultDevice), as the ttnn backend sets it
+            extra = {"seed": seed} if "seed" in params else {}
             src = inspect.unwrap(fn)
             case = {
                 "op": op,
