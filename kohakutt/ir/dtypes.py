@@ -16,7 +16,7 @@ class DType(StrEnum):
     BFLOAT8_B = "bfloat8_b"
     BFLOAT4_B = "bfloat4_b"
     INT32 = "int32"
-    INT64 = "int64"  # storage only: 8 bytes per element in memory, computed as int32 on the card
+    INT64 = "int64"  # 8 bytes per element (a pair of int32 words); exact or checked: see INT64_EXACT
     UINT32 = "uint32"
     UINT16 = "uint16"
     UINT8 = "uint8"
@@ -60,7 +60,7 @@ _COMPUTE = {
     DType.BFLOAT8_B: np.float32,
     DType.BFLOAT4_B: np.float32,
     DType.INT32: np.int32,
-    DType.INT64: np.int32,
+    DType.INT64: np.int64,
     DType.UINT32: np.uint32,
     DType.UINT16: np.uint16,
     DType.UINT8: np.uint8,
@@ -101,3 +101,37 @@ def from_numpy(dtype: np.dtype) -> DType:
     if np.dtype(dtype) not in table:
         raise DtypeError(f"NumPy dtype {dtype} has no device dtype; cast to float32, int32 or bool first")
     return table[np.dtype(dtype)]
+
+
+# ------------------------------------------------------------------------------------------------ the int64 rule
+# An int64 value is a pair of int32 words on the card (low word first: the int64's own little-endian bytes). Ops
+# below compute on the pair, exactly (results wrap modulo 2**64, as PyTorch's CPU int64 does): data movement and
+# creation move or build words; the element-wise ones are short word-pair programs (add / sub carry through the
+# low word, compares are lexicographic, mul is 16-bit partial products); sum and cumsum add 8-bit limbs in int32.
+# Every other op that takes or gives int64 runs in int32 on the card and is *checked*: each int64 operand must lie
+# in the int32 range, and so must each int64 result; otherwise IntegerOverflowError (docs/concepts/numerics.md).
+INT64_EXACT_FAMILIES = frozenset({"movement", "creation", "random"})
+INT64_EXACT = frozenset({
+    "copy", "embedding", "add", "sub", "neg", "abs", "sign", "mul", "square", "relu", "eq", "ne", "lt", "le", "gt",
+    "ge", "maximum", "minimum", "fmax", "fmin", "clamp", "clamp_tensor", "where", "bitwise_and", "bitwise_or",
+    "bitwise_xor", "bitwise_not", "logical_and", "logical_or", "logical_xor", "logical_not", "floor", "ceil", "trunc",
+    "isnan", "isinf", "isfinite", "signbit", "nan_to_num", "sum", "cumsum", "all", "any", "count_nonzero",
+})  # fmt: skip
+INT64_ACCUMULATING = frozenset({"scatter_add"})  # movement ops that add: checked like arithmetic
+SUM_LIMB_BITS = 8  # sum / cumsum add int64 values as 8 limbs of 8 bits, each limb total exact in int32 ...
+SUM_MAX_TERMS = (2**31 - 1) // (2**SUM_LIMB_BITS - 1)  # ... while at most this many terms meet (8,421,504)
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def int64_checked(op: str, family: str, dtypes: list[DType], attrs: dict | None = None) -> bool:
+    """Whether op ``op`` (of IR family ``family``) over tensors of ``dtypes`` (inputs and outputs) is an int64 op
+    the card computes in int32, so that its int64 operands and results must fit int32 (see :data:`INT64_EXACT`)."""
+    if DType.INT64 not in dtypes:
+        return False
+    if op == "typecast":  # int <-> int64 moves words; a float <-> int64 conversion is checked
+        return any(d.is_float for d in dtypes)
+    if op == "index_put":
+        return bool((attrs or {}).get("accumulate"))
+    if op in INT64_ACCUMULATING:
+        return True
+    return not (family in INT64_EXACT_FAMILIES or op in INT64_EXACT)

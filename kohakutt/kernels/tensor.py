@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kohakutt.errors import DtypeError, FormatError
+from kohakutt.errors import FormatError, IntegerOverflowError
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.device import Device
 from kohakutt.hal.layout import Layout
-from kohakutt.ir.dtypes import DType
+from kohakutt.ir.dtypes import INT32_MAX, INT32_MIN, DType
 from kohakutt.ir.dtypes import from_numpy as dtype_of
 from kohakutt.ir.ops import TensorSpec
 
@@ -137,17 +137,19 @@ def decode(t: DeviceTensor, raw: np.ndarray) -> np.ndarray:
         view = np.lib.stride_tricks.as_strided(flat[t.offset :], spec.shape, tuple(s * st.itemsize for s in t.strides))
     if spec.dtype is DType.BFLOAT16:
         return formats.from_bfloat16(np.ascontiguousarray(view)).reshape(spec.shape)  # ascontiguousarray makes 0-d 1-d
-    if spec.dtype is DType.INT64:
-        return _int64_to_card(view)
     return np.array(view, copy=True)
 
 
-def _int64_to_card(values: np.ndarray) -> np.ndarray:
-    """int64 storage as the card computes it: int32, refusing values that do not fit."""
-    if values.size and (values.min() < -(2**31) or values.max() >= 2**31):
-        raise DtypeError(f"an int64 tensor holds {values.min()}..{values.max()}, outside int32: the card computes "
-                         "integers in 32 bits; keep such values on the host")
-    return values.astype(np.int32)
+def check_int32(op: str, what: str, values: np.ndarray) -> None:
+    """Raise :class:`IntegerOverflowError` when int64 ``values`` (an operand or result of ``op``, which the card
+    computes in int32) leave the int32 range; the card's test is that each high word is its low word's sign."""
+    if values.size and (values.min() < INT32_MIN or values.max() > INT32_MAX):
+        bad = values[(values < INT32_MIN) | (values > INT32_MAX)].reshape(-1)[0]
+        raise IntegerOverflowError(
+            f"{op}: its int64 {what} holds {bad}, outside int32 [{INT32_MIN}, {INT32_MAX}], and the card computes "
+            f"{op} on int64 in int32 (only data movement, add, sub, mul, compares, min / max, where, bitwise ops, "
+            "sum and cumsum are exact in 64 bits); keep such values on the host, or compute in float32"
+        )
 
 
 def store(t: DeviceTensor, raw: np.ndarray, values: np.ndarray) -> None:
