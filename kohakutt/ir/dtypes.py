@@ -13,6 +13,7 @@ from kohakutt.hal.layout import Format
 class DType(StrEnum):
     FLOAT32 = "float32"
     BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"  # IEEE half, 2 bytes, row major only: computed in float32, rounded to half when stored
     BFLOAT8_B = "bfloat8_b"
     BFLOAT4_B = "bfloat4_b"
     INT32 = "int32"
@@ -33,7 +34,7 @@ class DType(StrEnum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.FLOAT32, DType.BFLOAT16, DType.BFLOAT8_B, DType.BFLOAT4_B)
+        return self in (DType.FLOAT32, DType.BFLOAT16, DType.FLOAT16, DType.BFLOAT8_B, DType.BFLOAT4_B)
 
     @property
     def is_block(self) -> bool:
@@ -41,7 +42,10 @@ class DType(StrEnum):
 
     @property
     def format(self) -> Format:
-        """The buffer format values of this dtype are stored in (bool and int64 as raw bytes)."""
+        """The buffer format values of this dtype are stored in (bool and int64 as raw bytes, float16 as its 16 bits:
+        TT-NN's DataType has no float16)."""
+        if self is DType.FLOAT16:
+            return Format.UINT16
         return Format.UINT8 if self in (DType.BOOL, DType.INT64) else Format(self.value)
 
     @property
@@ -57,6 +61,7 @@ class DType(StrEnum):
 _COMPUTE = {
     DType.FLOAT32: np.float32,
     DType.BFLOAT16: np.float32,
+    DType.FLOAT16: np.float32,
     DType.BFLOAT8_B: np.float32,
     DType.BFLOAT4_B: np.float32,
     DType.INT32: np.int32,
@@ -78,19 +83,24 @@ _RANK = {
     DType.BFLOAT4_B: 5,
     DType.BFLOAT8_B: 5,
     DType.BFLOAT16: 5,
+    DType.FLOAT16: 5,
     DType.FLOAT32: 6,
 }
 
 
 def promote(*dtypes: DType) -> DType:
-    """The dtype a result of mixed inputs takes (block floats promote to bfloat16)."""
-    best = max(dtypes, key=lambda d: (_RANK[d], d is DType.INT64))
+    """The dtype a result of mixed inputs takes (block floats promote to bfloat16; bfloat16 with float16 gives
+    float32, as in PyTorch: neither holds the other)."""
+    if DType.FLOAT16 in dtypes and DType.FLOAT32 not in dtypes and any(d.is_block or d is DType.BFLOAT16 for d in dtypes):
+        return DType.FLOAT32
+    best = max(dtypes, key=lambda d: (_RANK[d], d is DType.INT64, d is DType.FLOAT16))
     return DType.BFLOAT16 if best.is_block else best
 
 
 def from_numpy(dtype: np.dtype) -> DType:
     table = {
         np.dtype(np.float32): DType.FLOAT32,
+        np.dtype(np.float16): DType.FLOAT16,
         np.dtype(np.int32): DType.INT32,
         np.dtype(np.int64): DType.INT64,
         np.dtype(np.uint32): DType.UINT32,

@@ -14,7 +14,7 @@ import enum
 import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -99,6 +99,7 @@ class _Plan:
     estimate_ns: float
     draws: int  # random numbers the op draws (random ops only)
     int64_checked: bool  # int64 operands and results must fit int32 (the op is not exact in 64 bits)
+    half: bool  # a float16 operand or result: the kernel computes it as float32
 
 
 PLAN_CACHE_SIZE = 4096
@@ -171,7 +172,8 @@ def _plan(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None, spec
     draws = sum(s.numel for s in out_specs) if impl.random else 0
     tdts = [s.dtype for s in (*specs, *out_specs) if isinstance(s, TensorSpec)]
     checked = int64_checked(op, d.family, tdts, bound)
-    return _Plan(d, dev.card, impl, num, tuple(out_specs), est, draws, checked), d, bound, dev
+    half = DType.FLOAT16 in tdts
+    return _Plan(d, dev.card, impl, num, tuple(out_specs), est, draws, checked, half), d, bound, dev
 
 
 def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None, *,
@@ -220,6 +222,8 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
               "numerics": plan.numerics, "out_specs": out_specs, "seed": (0, 0)}
     if plan.int64_checked:
         kwargs["int64_checked"] = True
+    if plan.half:  # float16 is unpacked to float32 exactly and packed back with one rounding: the kernel sees fp32
+        kwargs["in_specs"], kwargs["out_specs"] = _as_float32(specs), _as_float32(out_specs)
     if impl.random:
         take = getattr(_source, "take", None)
         if take is None:
@@ -290,6 +294,12 @@ def _execute(*buffers: Any, impl: registry.Impl, in_views: list, out_views: list
                 check_int32(impl.op, "result" if len(results) == 1 else f"result {k}", np.asarray(r, np.int64))
     for (i, t), r in zip(out_views, results):
         store(_rebind(t, buffers[i]), views[i], r)
+
+
+def _as_float32(specs: Sequence[Spec]) -> list[Any]:
+    """``specs`` with float16 tensors as float32: what a kernel computes a float16 op in."""
+    return [replace(s, dtype=DType.FLOAT32) if isinstance(s, TensorSpec) and s.dtype is DType.FLOAT16 else s
+            for s in specs]  # fmt: skip
 
 
 def _rebind(t: DeviceTensor, buf: Any) -> DeviceTensor:
