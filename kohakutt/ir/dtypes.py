@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
-from kohakutt.errors import DtypeError
+from kohakutt.errors import DtypeError, IntegerOverflowError
 from kohakutt.hal.layout import Format
 
 
@@ -129,8 +131,23 @@ INT64_EXACT = frozenset({
 })  # fmt: skip
 INT64_ACCUMULATING = frozenset({"scatter_add"})  # movement ops that add: checked like arithmetic
 SUM_LIMB_BITS = 8  # sum / cumsum add int64 values as 8 limbs of 8 bits, each limb total exact in int32 ...
-SUM_MAX_TERMS = (2**31 - 1) // (2**SUM_LIMB_BITS - 1)  # ... while at most this many terms meet (8,421,504)
+SUM_MAX_TERMS = 2**23 - 1  # ... while at most this many terms meet: 255 * terms + the carry (< 2**23) < 2**31
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def check_int64_terms(op: str, shape: tuple[int, ...], dims: Any) -> None:
+    """Raise IntegerOverflowError when an int64 ``sum`` / ``cumsum`` over ``dims`` of ``shape`` adds more than
+    :data:`SUM_MAX_TERMS` values (the card's int32 limb totals would overflow)."""
+    if dims is None:
+        dims = range(len(shape))
+    elif isinstance(dims, int):
+        dims = [dims]
+    terms = math.prod(shape[d] for d in dims) if shape else 1
+    if terms > SUM_MAX_TERMS:
+        raise IntegerOverflowError(
+            f"{op}: {terms} int64 values meet in one total; the card adds int64 as 8-bit limbs in int32, exact for "
+            f"up to {SUM_MAX_TERMS}: {op} in chunks (a reshape and two {op}s), or in float32"
+        )
 
 
 def int64_checked(op: str, family: str, dtypes: list[DType], attrs: dict | None = None) -> bool:

@@ -25,7 +25,7 @@ from kohakutt.hal.card import CardSpec
 from kohakutt.hal.device import Device
 from kohakutt.hal.stream import Command, Stream
 from kohakutt.ir import ops as irops
-from kohakutt.ir.dtypes import DType, int64_checked
+from kohakutt.ir.dtypes import DType, check_int64_terms, int64_checked
 from kohakutt.ir.numerics import UNSET, Numerics, numerics, resolve
 from kohakutt.ir.numerics import current as current_numerics
 from kohakutt.ir.ops import ScalarSpec, ShapeError, Spec, TensorSpec
@@ -172,6 +172,8 @@ def _plan(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None, spec
     draws = sum(s.numel for s in out_specs) if impl.random else 0
     tdts = [s.dtype for s in (*specs, *out_specs) if isinstance(s, TensorSpec)]
     checked = int64_checked(op, d.family, tdts, bound)
+    if op in ("sum", "cumsum") and out_specs[0].dtype is DType.INT64:
+        check_int64_terms(op, specs[0].shape, bound.get("dims", bound.get("dim")))
     half = DType.FLOAT16 in tdts
     return _Plan(d, dev.card, impl, num, tuple(out_specs), est, draws, checked, half), d, bound, dev
 
