@@ -155,7 +155,7 @@ def int64_checked(op: str, family: str, dtypes: list[DType], attrs: dict | None 
     the card computes in int32, so that its int64 operands and results must fit int32 (see :data:`INT64_EXACT`)."""
     if DType.INT64 not in dtypes:
         return False
-    if op == "typecast":  # int <-> int64 moves words; a float <-> int64 conversion is checked
+    if op in ("typecast", "copy"):  # int <-> int64 moves words; a float <-> int64 conversion is checked
         return any(d.is_float for d in dtypes)
     if op == "index_put":
         return bool((attrs or {}).get("accumulate"))

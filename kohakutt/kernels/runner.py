@@ -222,7 +222,7 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
     impl = plan.impl
     kwargs = {"impl": impl, "in_views": in_views, "out_views": out_views, "in_specs": specs, "attrs": bound,
               "numerics": plan.numerics, "out_specs": out_specs, "seed": (0, 0)}
-    if plan.int64_checked:
+    if plan.int64_checked or (out is not None and _stores_int64_as_float(plan, specs, outs)):
         kwargs["int64_checked"] = True
     if plan.half:  # float16 is unpacked to float32 exactly and packed back with one rounding: the kernel sees fp32
         kwargs["in_specs"], kwargs["out_specs"] = _as_float32(specs), _as_float32(out_specs)
@@ -296,6 +296,15 @@ def _execute(*buffers: Any, impl: registry.Impl, in_views: list, out_views: list
                 check_int32(impl.op, "result" if len(results) == 1 else f"result {k}", np.asarray(r, np.int64))
     for (i, t), r in zip(out_views, results):
         store(_rebind(t, buffers[i]), views[i], r)
+
+
+def _stores_int64_as_float(plan: _Plan, specs: Sequence[Spec], outs: Sequence[DeviceTensor]) -> bool:
+    """Whether ``out`` tensors of other dtypes than the op infers make it a checked int64 op (a copy of int64 into
+    float32, say): the plan is keyed without them."""
+    if all(o.spec.dtype is s.dtype for o, s in zip(outs, plan.out_specs)):
+        return False
+    tdts = [s.dtype for s in specs if isinstance(s, TensorSpec)] + [o.spec.dtype for o in outs]
+    return int64_checked(plan.opdef.name, plan.opdef.family, tdts)
 
 
 def _as_float32(specs: Sequence[Spec]) -> list[Any]:
