@@ -93,7 +93,8 @@ _RANK = {
 def promote(*dtypes: DType) -> DType:
     """The dtype a result of mixed inputs takes (block floats promote to bfloat16; bfloat16 with float16 gives
     float32, as in PyTorch: neither holds the other)."""
-    if DType.FLOAT16 in dtypes and DType.FLOAT32 not in dtypes and any(d.is_block or d is DType.BFLOAT16 for d in dtypes):
+    bf16 = any(d.is_block or d is DType.BFLOAT16 for d in dtypes)
+    if bf16 and DType.FLOAT16 in dtypes:
         return DType.FLOAT32
     best = max(dtypes, key=lambda d: (_RANK[d], d is DType.INT64, d is DType.FLOAT16))
     return DType.BFLOAT16 if best.is_block else best

@@ -186,7 +186,8 @@ def norm_dims(dims: int | Sequence[int] | None, ndim: int, op: str = "op") -> tu
 def output_layout(dtype: DType, inputs: Sequence[Spec]) -> Layout:
     """The layout of an element-wise result of ``dtype`` from ``inputs``: tile if any tensor input is tile, else row
     major. TT-NN's unary ops keep their input's layout and its binary ops take and give tile tensors, so a tile input
-    means a tile result either way. Block floats exist only as tiles, int64 and float16 only row major (TT-NN tiles neither)."""
+    means a tile result either way. Block floats exist only as tiles, int64 and float16 only row major (TT-NN tiles
+    neither)."""
     if dtype.is_block:
         return Layout.TILE
     if dtype in (DType.INT64, DType.FLOAT16):

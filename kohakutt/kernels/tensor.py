@@ -20,7 +20,8 @@ from kohakutt.ir.dtypes import INT32_MAX, INT32_MIN, DType
 from kohakutt.ir.dtypes import from_numpy as dtype_of
 from kohakutt.ir.ops import TensorSpec
 
-_STORAGE = {DType.FLOAT32: np.float32, DType.BFLOAT16: np.uint16, DType.FLOAT16: np.float16, DType.INT32: np.int32, DType.INT64: np.int64,
+_STORAGE = {DType.FLOAT32: np.float32, DType.BFLOAT16: np.uint16, DType.FLOAT16: np.float16, DType.INT32: np.int32,
+            DType.INT64: np.int64,
             DType.UINT32: np.uint32,
             DType.UINT16: np.uint16, DType.UINT8: np.uint8, DType.BOOL: np.bool_}
 

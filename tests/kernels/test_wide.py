@@ -44,7 +44,8 @@ def fake_ttnn() -> types.SimpleNamespace:
         return lambda a, b: T(fn(a.a, val(b, a)).astype(np.int32), "int32")
 
     tt.add, tt.subtract, tt.multiply = binary(np.add), binary(np.subtract), binary(np.multiply)
-    tt.bitwise_and, tt.bitwise_or, tt.bitwise_xor = binary(np.bitwise_and), binary(np.bitwise_or), binary(np.bitwise_xor)
+    tt.bitwise_and, tt.bitwise_or = binary(np.bitwise_and), binary(np.bitwise_or)
+    tt.bitwise_xor = binary(np.bitwise_xor)
     tt.bitwise_left_shift = binary(lambda a, n: np.left_shift(a, n))
     tt.bitwise_right_shift = binary(lambda a, n: np.right_shift(a, n))  # arithmetic on int32, as TT-NN's
     tt.bitwise_not = lambda a: T(~a.a, a.dtype)

@@ -22,7 +22,7 @@ from kohakutt.hal.layout import Layout
 from kohakutt.ir.dtypes import DType, promote
 from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, broadcast_shapes, define, norm_dim
 
-INDEX_DTYPES = (DType.INT32, DType.INT64, DType.UINT32, DType.UINT16, DType.UINT8)  # int64: int32 values
+INDEX_DTYPES = (DType.INT32, DType.INT64, DType.UINT32, DType.UINT16, DType.UINT8)  # int64 past int32: out of range
 REDUCTIONS = (None, "sum", "prod", "mean", "amax", "amin")
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 

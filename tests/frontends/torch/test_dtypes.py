@@ -234,5 +234,5 @@ def test_float16_modules_half_and_autocast():
 
 
 def test_float64_stays_refused_with_its_message():
-    with pytest.raises(DtypeError, match="cannot be torch.float64.*Convert to float32"):
+    with pytest.raises(DtypeError, match=r"cannot be torch.float64.*Convert to float32"):
         torch.ones(2, dtype=torch.float64).to(DEV)
