@@ -17,7 +17,7 @@ import pytest
 import torch
 from tt_checks import gen, within
 
-from kohakutt import CommandError, DtypeError, IntegerOverflowError
+from kohakutt import CommandError, DtypeError, IntegerOverflowError, KohakuTTUnsupportedOperator
 
 DEV = torch.device("tt", 0)
 BIG = torch.tensor([2**40 + 3, -(2**35) - 1, 7, 2**62, -(2**63), 2**63 - 1, 0, -1, 2**31, -(2**31) - 1])
@@ -140,6 +140,13 @@ def test_host_visible_values_raise_at_once():
     with pytest.raises(IntegerOverflowError, match="8388607"):
         torch.ones(1, dtype=torch.int64, device=DEV).expand(2**23).sum()
     same(i32 * 2, torch.arange(3, dtype=torch.int32) * 2, "the device after the errors")
+
+
+def test_integer_matmul_is_refused_with_a_typed_error_not_a_bare_type_error():
+    a = torch.tensor([[2**30 + 1, 3], [5, 7]])
+    for f in (lambda x: x @ x, lambda x: x.int() @ x.int(), lambda x: torch.bmm(x[None], x[None])):
+        with pytest.raises(KohakuTTUnsupportedOperator, match="matrix engine multiplies floats only"):
+            f(a.to(DEV))
 
 
 # ------------------------------------------------------------------------------------------------------ float16
