@@ -15,4 +15,5 @@ from kohakutt.kernels import (  # noqa: F401
     reduce,
     softmax,
     ttnn_io,
+    wide,
 )
