@@ -507,6 +507,8 @@ def _host_weights(tt: Any, w: Any) -> Any:
     shape = tuple(w.shape)
     if len(shape) == 3:
         w = tt.reshape(w, (*shape[:2], 1, shape[2]))
+    if w.dtype in (tt.bfloat8_b, tt.bfloat4_b):  # block floats exist in tiles only; their values all fit bfloat16
+        w = tt.typecast(w, tt.bfloat16)
     w = w if w.layout == tt.ROW_MAJOR_LAYOUT else tt.to_layout(w, tt.ROW_MAJOR_LAYOUT)
     return tt.from_device(w)
 

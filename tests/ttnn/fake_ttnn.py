@@ -442,6 +442,9 @@ class FakeTTNN:
                             **kwargs: Any) -> FakeTensor:  # fmt: skip
         return self._out(x, dtype=dtype, memory_config=memory_config)
 
+    def op_bitcast(self, x: FakeTensor, dtype: Enum, **kwargs: Any) -> FakeTensor:
+        return self._out(x, dtype=dtype)
+
     def op_clone(self, x: FakeTensor, dtype: Enum | None = None, memory_config: Any = None, **kw: Any) -> FakeTensor:
         return self._out(x, dtype=dtype, memory_config=memory_config)
 
@@ -797,4 +800,4 @@ def run_ttnn(fake: FakeTTNN, op: str, shapes: Sequence[Any], attrs: dict[str, An
               fake.leaf(s.shape, getattr(DataType, STORED[s.dtype].upper()), Layout.ROW_MAJOR,
                         np.asarray(values[i]) if i in values else None) for i, s in enumerate(specs)]  # fmt: skip
     impl = registry.lookup(op, "ttnn", "ttnn")
-    return card_call(impl, fake, inputs, bound, numerics or Numerics(), d.infer(specs, bound))
+    return card_call(impl, fake, inputs, specs, bound, numerics or Numerics(), d.infer(specs, bound))

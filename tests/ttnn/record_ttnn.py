@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from fake_ttnn import DataType, FakeError, FakeTTNN, Layout
 
-MAX_PER_OP = 40  # distinct calls kept per IR op (the first ones the tests make)
+MAX_PER_KIND = 40  # distinct calls kept per IR op and operand dtypes (the first ones the tests make)
 VALUES_UP_TO = 1024  # integer input tensors this small carry their values (the op library may read them back)
 
 
@@ -38,25 +38,27 @@ class Recorder:
         from kohakutt.errors import KohakuTTUnsupportedOperator
         from kohakutt.ir.ops import TensorSpec
         from kohakutt.kernels import registry
-        from kohakutt.kernels.ttnn_io import STORED, card_call
+        from kohakutt.kernels.ttnn_io import STORED, card_call, card_shape
 
         key = repr((op, [str(s) for s in in_specs], [v for v in values if not isinstance(v, np.ndarray)],
                     sorted((k, repr(v)) for k, v in attrs.items()), str(numerics)))  # fmt: skip
+        kind = repr((op, [getattr(s, "dtype", None) for s in (*in_specs, *out_specs)]))
         with self.lock:
-            if key in self.seen or self.per_op[op] >= MAX_PER_OP:
+            if key in self.seen or self.per_op[kind] >= MAX_PER_KIND:
                 return
             self.seen.add(key)
             impl = registry.lookup(op, "ttnn", "ttnn")
             if impl is None:
                 return
-            self.per_op[op] += 1
+            self.per_op[kind] += 1
             fake = self.fake
             fake.start()
             inputs: list[Any] = []
             for spec, v in zip(in_specs, values):
                 if isinstance(spec, TensorSpec):
                     small = isinstance(v, np.ndarray) and v.dtype.kind in "iub" and v.size <= VALUES_UP_TO
-                    inputs.append(fake.leaf(spec.shape, getattr(DataType, STORED[spec.dtype].upper()),
+                    small = small and card_shape(spec) == tuple(spec.shape)  # not int64's word pairs
+                    inputs.append(fake.leaf(card_shape(spec), getattr(DataType, STORED[spec.dtype].upper()),
                                             Layout.TILE if spec.layout.value == "tile" else Layout.ROW_MAJOR,
                                             values=np.array(v) if small else None))  # fmt: skip
                 else:
@@ -74,13 +76,13 @@ class Recorder:
                 "attrs": {k: repr(v) for k, v in attrs.items()},
                 "numerics": str(numerics),
                 "out_specs": [
-                    {"shape": list(s.shape), "dtype": STORED[s.dtype].upper(), "layout": s.layout.value}
+                    {"shape": list(card_shape(s)), "dtype": STORED[s.dtype].upper(), "layout": s.layout.value}
                     for s in out_specs
                 ],
                 "inputs": [fake.encode(x) for x in inputs],
             }
             try:
-                result = card_call(impl, fake, inputs, dict(attrs), numerics, list(out_specs), **extra)
+                result = card_call(impl, fake, inputs, list(in_specs), dict(attrs), numerics, list(out_specs), **extra)
                 case |= {"status": "ok", "returns": fake.encode(result)}
             except KohakuTTUnsupportedOperator as e:
                 case |= {"status": "unsupported", "error": str(e)}
@@ -96,13 +98,18 @@ class Recorder:
 RECORDER = Recorder()
 
 
+RECORD_FROM = ("tests/kernels/", "tests/ttnn/test_ttnn_cases.py", "tests/frontends/torch/test_opinfo.py")
+REPLAY_TESTS = "tests/ttnn/test_ttnn_replay.py"
+_active = threading.Event()  # set while a test of RECORD_FROM runs (in-session recording only)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--ttnn-record", default=None, help="write the op library's recorded TT-NN calls here")
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    if not config.getoption("--ttnn-record"):
-        return
+def _install(always: bool) -> None:
+    """Wrap the kernel runner's command so that each op, after the simulator ran it, is recorded (``always``, or
+    while a test of RECORD_FROM runs)."""
     from kohakutt.kernels import runner
     from kohakutt.kernels.tensor import DeviceTensor, decode
 
@@ -110,6 +117,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     def _execute(*buffers: Any, impl: Any, in_views: list, out_views: list, in_specs: list, attrs: dict,
                  numerics: Any, out_specs: list, seed: tuple[int, int], **kw: Any) -> None:  # fmt: skip
+        if not (always or _active.is_set()):
+            return original(*buffers, impl=impl, in_views=in_views, out_views=out_views, in_specs=in_specs,
+                            attrs=attrs, numerics=numerics, out_specs=out_specs, seed=seed, **kw)  # fmt: skip
         values = []
         for i, t in in_views:
             if i is not None and isinstance(t, DeviceTensor) and t.spec.numel <= VALUES_UP_TO:
@@ -125,6 +135,38 @@ def pytest_configure(config: pytest.Config) -> None:
                                    "calls": [], "tensors": {}})  # fmt: skip
 
     runner._execute = _execute
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.ttnn_session_recording = False  # type: ignore[attr-defined]
+    if config.getoption("--ttnn-record"):
+        _install(always=True)
+
+
+def _path(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """When this session runs the replay tests after every test they record from (``make test``), record in this
+    session rather than in a second one: the replay tests go last and find the cases in :data:`RECORDER`."""
+    if config.getoption("--ttnn-record") or not any(_path(i) == REPLAY_TESTS for i in items):
+        return
+    items.sort(key=lambda i: _path(i) == REPLAY_TESTS)  # stable: the other tests keep their order
+    paths = {_path(i) for i in items}
+    if all(any(p.startswith(src) for p in paths) for src in RECORD_FROM):
+        _install(always=False)
+        config.ttnn_session_recording = True  # type: ignore[attr-defined]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.config.ttnn_session_recording and _path(item).startswith(RECORD_FROM):  # type: ignore[attr-defined]
+        _active.set()
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    _active.clear()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -73,6 +73,22 @@ CASES = {
 }  # fmt: skip
 
 
+def i64(dev, shape):
+    return kk.from_numpy(dev, RNG.integers(-(2**40), 2**40, shape), "int64")
+
+
+# int64 runs as kohakutt.kernels.wide's word-pair programs
+for _op in ("add", "sub", "mul", "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne", "bitwise_and",
+            "bitwise_or", "bitwise_xor"):  # fmt: skip
+    CASES[f"{_op}, int64"] = (_op, lambda d: [i64(d, (3, 37)), i64(d, (3, 37))], {}, {})
+for _op in ("neg", "abs", "square", "sign", "bitwise_not", "signbit"):
+    CASES[f"{_op}, int64"] = (_op, lambda d: [i64(d, (3, 37))], {}, {})
+CASES["add, int64 and a number"] = ("add", lambda d: [i64(d, (3, 37)), 5], {}, {})
+CASES["add, int64 and int32"] = ("add", lambda d: [i64(d, (3, 37)), t(d, (3, 37), "int32", low=-99, high=99)], {}, {})
+CASES["sum, int64"] = ("sum", lambda d: [i64(d, (3, 37))], {"dims": 1}, {})
+CASES["cumsum, int64"] = ("cumsum", lambda d: [i64(d, (3, 37))], {"dim": 1}, {})
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_case_runs_on_the_simulator(dev, name):
     op, make, attrs, num = CASES[name]

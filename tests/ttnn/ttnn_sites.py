@@ -24,13 +24,14 @@ class Site:
     end_line: int
     end_col: int
     source: str
+    function: str = ""  # the innermost named function the call is in ("" at module level)
 
     @property
     def key(self) -> tuple[str, int, int]:
         return self.file, self.end_line, self.end_col
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.source}"
+        return f"{self.file}:{self.line} ({self.function or 'module'}): {self.source}"
 
 
 def _root(node: ast.AST) -> str | None:
@@ -65,9 +66,20 @@ def sites_in(path: Path) -> list[Site]:
     tree = ast.parse(text)
     rel = path.relative_to(KERNELS.parents[1]).as_posix()
     found: set[Site] = set()
+    named: dict[ast.AST, str] = {}  # each function or lambda -> the innermost named function holding it
+
+    def visit(node: ast.AST, name: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else name
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                named[child] = inner
+            visit(child, inner)
+
+    visit(tree, "")
     scopes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda))]
     for scope in scopes:
         nodes = _scope(scope)
+        where = named.get(scope, "")
         aliases = {t.id for n in nodes if isinstance(n, ast.Assign) and is_ttnn_callable(n.value)
                    for t in n.targets if isinstance(t, ast.Name)}  # fmt: skip
         for n in nodes:
@@ -75,7 +87,7 @@ def sites_in(path: Path) -> list[Site]:
                 continue
             if is_ttnn_callable(n.func) or (isinstance(n.func, ast.Name) and n.func.id in aliases):
                 src = " ".join((ast.get_source_segment(text, n) or "").split())
-                found.add(Site(rel, n.lineno, n.end_lineno or n.lineno, n.end_col_offset or 0, src[:90]))
+                found.add(Site(rel, n.lineno, n.end_lineno or n.lineno, n.end_col_offset or 0, src[:90], where))
     return sorted(found)
 
 
