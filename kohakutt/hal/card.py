@@ -12,7 +12,10 @@ from dataclasses import dataclass
 class CardSpec:
     name: str = "Blackhole P150A"
     arch: str = "blackhole"
-    grid: tuple[int, int] = (11, 10)  # TT-NN compute grid with Tensix dispatch: 110 worker cores
+    # TT-NN's compute grid with Tensix dispatch: what TT-Metal 0.81.1 reports for a P150 (14 x 10 Tensix, no column
+    # harvested, as tt-metal's mock descriptors captured from P150s say; one column dispatches): 130 worker cores.
+    # On a card the ttnn backend takes the grid the device reports (TTNNBackend.card).
+    grid: tuple[int, int] = (13, 10)
     l1_bytes: int = 1_572_864  # raw L1 per core
     l1_usable: int = 1464 * 1024  # what buffers and circular buffers may use per core
     dram_banks: int = 8

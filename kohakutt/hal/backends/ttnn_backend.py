@@ -13,7 +13,7 @@ import math
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from kohakutt.hal.layout import nbytes as layout_nbytes
 
 if TYPE_CHECKING:
     from kohakutt.hal.buffer import Buffer
+    from kohakutt.hal.card import CardSpec
     from kohakutt.hal.program import Program
 
 TTNN_VERSION = "0.81.1"
@@ -371,6 +372,12 @@ class TTNNBackend(Backend):
         self.ttnn.generic_op(io_tensors=[h.tensor for h in handles], program_descriptor=descriptor)
 
     # ------------------------------------------------------------------------------------------------- facts
+    def card(self, spec: CardSpec) -> CardSpec:
+        """``spec`` with the compute grid and DRAM banks this chip reports (a harvested chip has fewer columns)."""
+        self._check_open("card")
+        grid = self.device.compute_with_storage_grid_size()
+        return replace(spec, grid=(int(grid.x), int(grid.y)), dram_banks=int(self.device.dram_grid_size().x))
+
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.name, "chip": self.chip_id, "simulated": False}
         if self.device is None:
