@@ -33,6 +33,7 @@ def main() -> dict[str, Any]:
     d = dev.backend.device
     out["describe"] = dev.describe()
     out["card"] = {"grid": list(dev.card.grid), "dram_banks": dev.card.dram_banks, "cores": dev.card.cores}
+    out["default_device"] = ttnn.GetDefaultDevice() is d
 
     dram = dev.allocate(shape=(64, 96), fmt="bfloat16", layout="tile")
     l1 = dev.allocate(shape=(64, 96), fmt="bfloat16", layout="tile", kind="l1")

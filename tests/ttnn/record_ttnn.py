@@ -9,6 +9,7 @@ distinct op call, for ``replay_ttnn.py`` to make for real. The simulator still r
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import threading
@@ -99,6 +100,33 @@ RECORDER = Recorder()
 
 
 RECORD_FROM = ("tests/kernels/", "tests/ttnn/test_ttnn_cases.py", "tests/frontends/torch/test_opinfo.py")
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / "build" / "ttnn-replay"
+# What a recording depends on: the package, the tests it records from, the fake and this recorder.
+RECORDING_INPUTS = (
+    "kohakutt", "tests/kernels", "tests/conftest.py", "tests/frontends/torch/test_opinfo.py",
+    "tests/ttnn/test_ttnn_cases.py", "tests/ttnn/fake_ttnn.py", "tests/ttnn/record_ttnn.py",
+)  # fmt: skip
+
+
+def digest(*parts: Path | bytes) -> str:
+    """A short sha256 of files (folders: their ``*.py`` files, with their paths) and bytes."""
+    h = hashlib.sha256()
+    for p in parts:
+        if isinstance(p, bytes):
+            h.update(p)
+            continue
+        files = sorted(p.rglob("*.py")) if p.is_dir() else [p]
+        for f in files:
+            h.update(f.relative_to(REPO).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:20]
+
+
+def recording_path() -> Path:
+    """Where the recording of the current sources is (or will be) cached."""
+    return CACHE / f"recording-{digest(*(REPO / p for p in RECORDING_INPUTS))}.json"
+
+
 REPLAY_TESTS = "tests/ttnn/test_ttnn_replay.py"
 _active = threading.Event()  # set while a test of RECORD_FROM runs (in-session recording only)
 
@@ -149,13 +177,14 @@ def _path(item: pytest.Item) -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """When this session runs the replay tests after every test they record from (``make test``), record in this
-    session rather than in a second one: the replay tests go last and find the cases in :data:`RECORDER`."""
+    """When this session runs the replay tests after every test they record from (``make test``) and the sources
+    changed since the last recording, record in this session rather than in a second one: the replay tests go last
+    and find the cases in :data:`RECORDER`."""
     if config.getoption("--ttnn-record") or not any(_path(i) == REPLAY_TESTS for i in items):
         return
     items.sort(key=lambda i: _path(i) == REPLAY_TESTS)  # stable: the other tests keep their order
     paths = {_path(i) for i in items}
-    if all(any(p.startswith(src) for p in paths) for src in RECORD_FROM):
+    if all(any(p.startswith(src) for p in paths) for src in RECORD_FROM) and not recording_path().exists():
         _install(always=False)
         config.ttnn_session_recording = True  # type: ignore[attr-defined]
 

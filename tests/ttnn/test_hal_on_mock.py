@@ -48,6 +48,7 @@ def test_the_chip_reports_a_p150_and_the_card_model_takes_its_grid(report):
     assert d["compute_grid"] == "{}x{}".format(*COMPUTE_GRID) and d["dram_grid"] == f"{DRAM_BANKS}x1"
     assert report["card"] == {"grid": list(COMPUTE_GRID), "dram_banks": DRAM_BANKS, "cores": 130}
     assert tuple(P150A.grid) == COMPUTE_GRID  # the simulator's card model agrees with what TT-Metal reports
+    assert report["default_device"]  # where the op library's creation and random ops make their tensors
 
 
 def test_buffers_live_in_dram_and_l1_with_the_hal_geometry(report):

@@ -16,7 +16,6 @@ nothing. Without the TT-NN venv the replay tests skip and say how to get it; the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -30,20 +29,8 @@ import record_ttnn
 from mock_p150 import HERE, REPO, MockUnavailable, prepare
 from ttnn_sites import all_sites
 
-CACHE = REPO / "build" / "ttnn-replay"
+CACHE = record_ttnn.CACHE
 RECORD_FROM = tuple(p.rstrip("/") for p in record_ttnn.RECORD_FROM)
-
-
-def _digest(*parts: Path | bytes) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        if isinstance(p, bytes):
-            h.update(p)
-            continue
-        files = sorted(p.rglob("*.py")) if p.is_dir() else [p]
-        for f in files:
-            h.update(f.relative_to(REPO).as_posix().encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()[:20]
 
 
 def _fresh(pattern: str, keep: Path) -> None:
@@ -56,10 +43,7 @@ def _fresh(pattern: str, keep: Path) -> None:
 def recording(request: pytest.FixtureRequest) -> dict:
     """The recorded cases (``record_ttnn.py``): from this session when it ran every test they are recorded from
     (``make test``), else from a cached or a new recording run (once per change of the package or those tests)."""
-    key = _digest(REPO / "kohakutt", REPO / "tests" / "kernels", REPO / "tests" / "conftest.py",
-                  REPO / "tests" / "frontends" / "torch" / "test_opinfo.py", HERE / "test_ttnn_cases.py",
-                  HERE / "fake_ttnn.py", HERE / "record_ttnn.py")  # fmt: skip
-    path = CACHE / f"recording-{key}.json"
+    path = record_ttnn.recording_path()
     seconds = 0.0
     if request.config.ttnn_session_recording:  # type: ignore[attr-defined]
         CACHE.mkdir(parents=True, exist_ok=True)
@@ -90,7 +74,7 @@ def replay(recording: dict) -> dict:
     except MockUnavailable as e:
         pytest.skip(str(e))
     rec: Path = recording["path"]
-    key = _digest(rec.read_bytes(), HERE / "replay_ttnn.py", HERE / "mock_p150.py")
+    key = record_ttnn.digest(rec.read_bytes(), HERE / "replay_ttnn.py", HERE / "mock_p150.py")
     out = CACHE / f"replay-{key}.jsonl"
     seconds = 0.0
     if not out.exists():

@@ -42,6 +42,7 @@ NUM_COMMAND_QUEUES = 2
 TTNN_NAMES: tuple[str, ...] = (
     # devices
     "open_device", "close_device", "synchronize_device", "GetNumAvailableDevices", "get_arch_name", "Arch.BLACKHOLE",
+    "SetDefaultDevice", "GetDefaultDevice",
     "MeshDevice", "MeshDevice.arch", "MeshDevice.compute_with_storage_grid_size", "MeshDevice.dram_grid_size",
     "MeshDevice.get_device_ids", "MeshCoordinate", "device.DEFAULT_L1_SMALL_SIZE", "device.DEFAULT_TRACE_REGION_SIZE",
     # tensors and their memory
@@ -292,6 +293,8 @@ class TTNNBackend(Backend):
                 f"ttnn {_version(ttnn)} could not open chip {self.chip_id}: {_first_lines(e)}"
             ) from None
         self.ttnn = ttnn
+        if self.chip_id == 0:  # the op library's creation and random ops make their tensors on TT-NN's default device
+            ttnn.SetDefaultDevice(self.device)
 
     def close(self) -> None:
         if self.device is not None:
