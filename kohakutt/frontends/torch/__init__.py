@@ -50,9 +50,9 @@ def autoload() -> None:
         warnings.warn(f"Kohaku-TT could not register the tt device at import torch: {e}", stacklevel=2)
 
 
-def register(strict: bool = False) -> None:
+def register() -> None:
     """Make ``tt`` a torch device, cheaply (see the module's docstring). Idempotent. A cached glue that fails to load
-    is left to the first use (which raises) unless ``strict``."""
+    is left to the first use, which builds or loads it again and raises what goes wrong."""
     global _registered
     if _registered:
         return
@@ -76,10 +76,8 @@ def register(strict: bool = False) -> None:
         try:
             lib = native.load_cached()
         except Exception:
-            if strict:
-                raise
             lib = None
-        if lib is not None and _first_call_cb is not None:
+        if lib is not None:
             lib.ktt_torch_install(_first_call_cb)  # the glue's allocator, guard and hooks answer from now on
         _registered = True
 
@@ -107,7 +105,7 @@ _first_call_cb = native.CALLBACK(_first_call)  # kept alive for the process
 def install() -> None:
     """Make ``tt`` a working torch device now: :func:`register`, then initialise it (``torch.tt.init()``). Idempotent;
     the first call builds the C++ glue if it is not cached (~5 s, once per torch version)."""
-    register(strict=True)
+    register()
     tt_module._lazy_init()
 
 

@@ -86,7 +86,7 @@ def install() -> None:
     with _lock:
         if _installed:
             return
-        frontend.register(strict=True)
+        frontend.register()
         runtime.install()
         _register_kernels()
         if "torch._dynamo" in sys.modules:  # else the compile backends' module does it when torch.compile loads them
