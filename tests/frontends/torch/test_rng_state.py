@@ -113,3 +113,22 @@ def test_checkpoint_recomputes_the_same_dropout_masks(use_reentrant: bool):
     plain = gradients(model, x, 1, None)
     assert not same(plain, gradients(model, x, 2, None)), "other masks give other gradients: the check can fail"
     assert same(plain, gradients(model, x, 1, use_reentrant))
+
+
+def test_a_captured_step_draws_from_the_stream_in_order_and_a_restored_state_replays_it():
+    import kohakutt
+
+    x = torch.ones(64, device=DEV)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.dropout(x, 0.5) + torch.rand(64, device=DEV)
+
+    replay = kohakutt.capture(step, x, warmup=1)
+    state = torch.tt.get_rng_state()
+    first = replay(x).cpu()
+    assert torch.tt.get_rng_state()[8:].view(torch.int64) > state[8:].view(torch.int64), "a replay draws"
+    assert not torch.equal(replay(x).cpu(), first)
+    torch.tt.set_rng_state(state)
+    assert torch.equal(replay(x).cpu(), first)
+    torch.tt.set_rng_state(state)
+    assert torch.equal(step(x).cpu(), first)  # the replay drew what the eager step draws from that state
