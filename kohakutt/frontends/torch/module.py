@@ -401,7 +401,7 @@ def _get_generator(device: torch.device) -> torch.Generator:
 
 # ------------------------------------------------------------------------------------------------------ amp
 def get_amp_supported_dtype() -> list[torch.dtype]:
-    return [torch.bfloat16, torch.float32]
+    return [torch.bfloat16, torch.float16, torch.float32]
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
