@@ -51,9 +51,11 @@ print(time.perf_counter() - t)
 def timed(code: str, env: dict[str, str]) -> tuple[float, float, str]:
     """Wall and CPU seconds of a fresh interpreter running ``code``, start to exit, and what it printed."""
     r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, out
+    if done.returncode != 0:
+        raise RuntimeError(f"a child interpreter failed:\n{done.stderr[-3000:]}")
+    return wall, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, done.stdout
 
 
 def printed(code: str, env: dict[str, str]) -> float:
