@@ -248,6 +248,20 @@ class Kernel:
         return 2 * n if self.dst_full_sync_en else n
 
 
+ACCESSOR_IS_DRAM = 1 << 1  # tt-metal hostdevcommon/tensor_accessor/arg_config.hpp: ArgConfig::IsDram
+DRAM_ALIGN = 64  # Blackhole noc_parameters.h: NOC_DRAM_READ_ALIGNMENT_BYTES (the larger of read 64 / write 16)
+
+
+def tensor_accessor_args(buffer: Buffer) -> list[int]:
+    """The compile-time arguments of ``TensorAccessorArgs`` for an interleaved buffer, as TT-NN's
+    ``TensorAccessorArgs(tensor).get_compile_time_args()`` gives them: the config word (DRAM or L1) and the page size
+    rounded up to the memory's alignment (64 B in DRAM, 16 B in L1)."""
+    from kohakutt.hal.layout import MemoryKind
+
+    dram = buffer.kind is MemoryKind.DRAM
+    return [ACCESSOR_IS_DRAM if dram else 0, align_up(int(buffer.page_size), DRAM_ALIGN if dram else 16)]
+
+
 _SOURCES: dict[Path, tuple[int, str]] = {}
 
 
@@ -561,5 +575,5 @@ def _l1_buffer_bytes_per_core(card: CardSpec, buffers: Sequence[Buffer]) -> int:
 __all__ = [
     "FPU_TILE_CYCLES", "KINDS", "MAX_RUNTIME_ARGS", "NUM_SEMAPHORES", "PROGRAM_LAUNCH_NS", "SFPU_TILE_CYCLES",
     "CircularBuffer", "CoreCoord", "CoreRange", "CoreRangeSet", "Kernel", "MathFidelity", "Program", "RuntimeArgs",
-    "Semaphore", "Work", "read_source", "split_work",
+    "Semaphore", "Work", "read_source", "split_work", "tensor_accessor_args",
 ]  # fmt: skip

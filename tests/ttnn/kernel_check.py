@@ -211,10 +211,11 @@ def replay_one(cmd: dict, sfpi_dir: Path, system: list[str], cache: Path | None)
             diags = [Diagnostic(**{**d, "chain": [tuple(c) for c in d["chain"]]}) for d in saved["diagnostics"]]
             return Replay(kernel, proc, cwd, clang, saved["returncode"], diags, cached=True)
     dep_file = Path(cwd) / "ktt-check.d"
+    dep_file.unlink(missing_ok=True)
     res = subprocess.run([*clang, "-MD", "-MF", str(dep_file)], cwd=cwd, capture_output=True, text=True)
     diags = parse(res.stderr)
-    if entry is not None and res.returncode in (0, 1):
-        deps = _read_deps(dep_file) or [a for a in clang if Path(a).suffix in (".cc", ".cpp")]
+    deps = _read_deps(dep_file)  # clang writes none after a fatal error: such a result is not cached
+    if entry is not None and deps and res.returncode in (0, 1):
         deps = [p if os.path.isabs(p) else os.path.join(cwd, p) for p in deps]
         entry.parent.mkdir(parents=True, exist_ok=True)
         entry.write_text(json.dumps({"deps": deps, "digest": _digest(deps), "returncode": res.returncode,

@@ -24,8 +24,17 @@ from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal import formats
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.card import P150A, CardSpec
-from kohakutt.hal.layout import TILE, Format, Layout, MemoryKind, padded_shape
-from kohakutt.hal.program import CircularBuffer, CoreRange, CoreRangeSet, Kernel, Program, Work, split_work
+from kohakutt.hal.layout import TILE, Format, Layout, padded_shape
+from kohakutt.hal.program import (
+    CircularBuffer,
+    CoreRange,
+    CoreRangeSet,
+    Kernel,
+    Program,
+    Work,
+    split_work,
+    tensor_accessor_args,
+)
 from kohakutt.ir import ops as irops
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Fidelity, Numerics, resolve
@@ -279,8 +288,9 @@ def rotary_form(head_dim: int, interleaved: bool) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------- building
-def _is_dram(b: Buffer) -> int:
-    return 1 if b.kind is MemoryKind.DRAM else 0
+def _accessors(*tensors: DeviceTensor) -> list[int]:
+    """The compile-time args of the kernel's TensorAccessorArgs, one set per tensor in order."""
+    return [a for t in tensors for a in tensor_accessor_args(t.buffer)]
 
 
 def worker_cores(units: int, card: CardSpec = P150A, max_cores: int | None = None) -> CoreRangeSet:
@@ -326,6 +336,7 @@ def bias_gelu_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor],
     tiles = out.buffer.num_pages
     wt = padded_shape(x.shape)[-1] // TILE
     cores = worker_cores(tiles, max_cores=max_cores)
+    tanh = attrs["approximate"] == "tanh"
 
     def args(bufs: Sequence[Buffer], rt: Mapping[str, Any]) -> dict[str, Any]:
         split = split_work(tiles, cores)
@@ -336,9 +347,10 @@ def bias_gelu_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor],
     return Program(
         "ktt_bias_gelu",
         [Kernel("reader", BIAS_GELU / "reader.cpp", cores, bias_gelu_reader,
-                compile_time_args=[_is_dram(x.buffer), _is_dram(bias.buffer)]),
-         _compute(BIAS_GELU / "compute.cpp", bias_gelu_compute, cores, num, fp32, attrs["approximate"] == "tanh"),
-         Kernel("writer", TILE_WRITER, cores, writer, compile_time_args=[_is_dram(out.buffer)])],
+                compile_time_args=_accessors(x, bias)),
+         _compute(BIAS_GELU / "compute.cpp", bias_gelu_compute, cores, num, fp32, tanh,
+                  defines={"GELU_TANH": "1"} if tanh else None),
+         Kernel("writer", TILE_WRITER, cores, writer, compile_time_args=_accessors(out))],
         _cbs(cores, {CB_A: _fmt(x), CB_B: Format.BFLOAT16, CB_OUT: _fmt(out)}),
         runtime_args=args, tensors=("x", "bias", "out"),
         work=_work(tiles, ins, outs, 1, fpu=1, sfpu=2),
@@ -381,13 +393,12 @@ def glu_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], attrs
                 "compute": {c: [n] for c, s, n in sp},
                 "writer": {c: [bufs[-1].address, s, n] for c, s, n in sp}}  # fmt: skip
 
-    dram = [_is_dram(t.buffer) for t in ins]
     return Program(
         "ktt_swiglu" if split else "ktt_silu_mul",
-        [Kernel("reader", GLU / "reader.cpp", cores, glu_reader, compile_time_args=[dram[0], dram[-1]],
+        [Kernel("reader", GLU / "reader.cpp", cores, glu_reader, compile_time_args=_accessors(ins[0], ins[-1]),
                 defines={"SPLIT": "1"} if split else {}),
          _compute(GLU / "compute.cpp", glu_compute, cores, num, fp32),
-         Kernel("writer", TILE_WRITER, cores, writer, compile_time_args=[_is_dram(out.buffer)])],
+         Kernel("writer", TILE_WRITER, cores, writer, compile_time_args=_accessors(out))],
         _cbs(cores, {CB_A: _fmt(ins[0]), CB_B: _fmt(ins[-1]), CB_IM0: im, CB_IM1: im, CB_OUT: _fmt(out)}),
         runtime_args=args, tensors=("x", "out") if split else ("gate", "up", "out"),
         work=_work(tiles, ins, outs, 2 if split else 1, fpu=3, sfpu=1),
@@ -438,12 +449,12 @@ def rotary_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], at
     cbs = _cbs(cores, cb_formats)
     if not swap:
         cbs.append(CircularBuffer(CB_ROT, Format.BFLOAT16, Format.BFLOAT16.tile_bytes, 1, cores))
-    dram = [_is_dram(t.buffer) for t in ins]
     return Program(
         "ktt_rotary_embedding" + ("_backward" if backward else ""),
-        [Kernel("reader", ROTARY / "reader.cpp", cores, rotary_reader, compile_time_args=dram, defines=defines),
+        [Kernel("reader", ROTARY / "reader.cpp", cores, rotary_reader, compile_time_args=_accessors(*ins),
+                defines=defines),
          _compute(ROTARY / "compute.cpp", rotary_compute, cores, num, fp32, defines=defines),
-         Kernel("writer", TILE_WRITER, cores, writer, compile_time_args=[_is_dram(out.buffer)])],
+         Kernel("writer", TILE_WRITER, cores, writer, compile_time_args=_accessors(out))],
         cbs, runtime_args=args, tensors=("x", "cos", "sin", "out"),
         work=_work(tiles, ins, outs, 4 / 3 if swap else 1, fpu=3, sfpu=0, matmul=0 if swap else 1),
     )  # fmt: skip

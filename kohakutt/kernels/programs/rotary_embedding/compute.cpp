@@ -1,11 +1,14 @@
 #include <cstdint>
-#include "compute_kernel_api/eltwise_binary.h"
-#include "compute_kernel_api/matmul.h"
+
+#include "api/compute/compute_kernel_hw_startup.h"
+#include "api/compute/eltwise_binary.h"
+#include "api/compute/matmul.h"
+#include "api/compute/reconfig_data_format.h"
 
 // Matmul form: forward q = (x @ R) * sin, backward q = (x * sin) @ R^T; out = x * cos + q. Swap form (SWAP_HALVES):
 // q = x_other * sin, out = x * cos - q in the first half of the forward (the second half of the backward), + q in
 // the other. Every product goes through an intermediate CB (24-26: fp32 with fp32_dest_acc_en, else bf16).
-namespace NAMESPACE {
+// Runtime args: first tile, tile count, Wt, backward.
 
 ALWI void pack_to(uint32_t cb) {
     tile_regs_commit();
@@ -20,7 +23,7 @@ ALWI void multiply(uint32_t a, uint32_t b, uint32_t out) {
     reconfig_data_format(a, b);
     pack_reconfig_data_format(out);
     tile_regs_acquire();
-    mul_tiles_init(a, b);
+    mul_init(a, b);
     mul_tiles(a, b, 0, 0, 0);
     pack_to(out);
 }
@@ -29,12 +32,12 @@ ALWI void rotate(uint32_t a, uint32_t out) {
     reconfig_data_format(tt::CBIndex::c_4, a);
     pack_reconfig_data_format(out);
     tile_regs_acquire();
-    mm_init_short(a, tt::CBIndex::c_4);
+    matmul_init(a, tt::CBIndex::c_4);
     matmul_tiles(a, tt::CBIndex::c_4, 0, 0, 0);
     pack_to(out);
 }
 
-void MAIN {
+void kernel_main() {
     const uint32_t start = get_arg_val<uint32_t>(0);
     const uint32_t count = get_arg_val<uint32_t>(1);
     const uint32_t Wt = get_arg_val<uint32_t>(2);
@@ -43,7 +46,7 @@ void MAIN {
     constexpr auto cb_sin = tt::CBIndex::c_3, cb_rot = tt::CBIndex::c_4, cb_out = tt::CBIndex::c_16;
     constexpr auto cb_r = tt::CBIndex::c_24, cb_p = tt::CBIndex::c_25, cb_q = tt::CBIndex::c_26;
 
-    binary_op_init_common(cb_x, cb_cos, cb_out);
+    compute_kernel_hw_startup(cb_x, cb_cos, cb_out);
 #ifndef SWAP_HALVES
     cb_wait_front(cb_rot, 1);
 #endif
@@ -80,10 +83,10 @@ void MAIN {
         pack_reconfig_data_format(cb_out);
         tile_regs_acquire();
         if (subtract) {
-            sub_tiles_init(cb_p, cb_q);
+            sub_init(cb_p, cb_q);
             sub_tiles(cb_p, cb_q, 0, 0, 0);
         } else {
-            add_tiles_init(cb_p, cb_q);
+            add_init(cb_p, cb_q);
             add_tiles(cb_p, cb_q, 0, 0, 0);
         }
         pack_to(cb_out);
@@ -94,4 +97,3 @@ void MAIN {
     cb_pop_front(cb_rot, 1);
 #endif
 }
-}  // namespace NAMESPACE

@@ -1,10 +1,13 @@
 #include <cstdint>
-#include "dataflow_api.h"
+
+#include "api/dataflow/dataflow_api.h"
 
 // For output tiles [start, start + count) of a (..., Ht * 32, Wt * 32) tensor: its x tile into CB 0, the cos and
 // sin tiles of its (row, column) into CB 2 / CB 3 (of its matrix when cos / sin have one per matrix, else of the
 // single one). Matmul form (SWAP_HALVES undefined): once, the +-1 rotation tile into CB 4, built here in L1.
 // Swap form: also the x tile of the other half into CB 1 (and, for the backward, sin of the other half).
+// Compile-time args: TensorAccessorArgs of x, cos and sin. Runtime args: x, cos and sin addresses, first tile, tile
+// count, Ht, Wt, cos_per_matrix, half, transpose, head_dim.
 void kernel_main() {
     const uint32_t x_addr = get_arg_val<uint32_t>(0);
     const uint32_t cos_addr = get_arg_val<uint32_t>(1);
@@ -17,18 +20,15 @@ void kernel_main() {
     const uint32_t half = get_arg_val<uint32_t>(8);       // matmul form: head_dim / 2 of the half form, 0: pairs
     const uint32_t transpose = get_arg_val<uint32_t>(9);  // 1 for the backward: the transposed rotation
     const uint32_t head_dim = get_arg_val<uint32_t>(10);
-    constexpr bool x_is_dram = get_compile_time_arg_val(0) == 1;
-    constexpr bool cos_is_dram = get_compile_time_arg_val(1) == 1;
-    constexpr bool sin_is_dram = get_compile_time_arg_val(2) == 1;
     constexpr uint32_t cb_x = tt::CBIndex::c_0, cb_xs = tt::CBIndex::c_1, cb_cos = tt::CBIndex::c_2;
     constexpr uint32_t cb_sin = tt::CBIndex::c_3, cb_rot = tt::CBIndex::c_4;
 
-    const InterleavedAddrGenFast<x_is_dram> x = {
-        .bank_base_address = x_addr, .page_size = get_tile_size(cb_x), .data_format = get_dataformat(cb_x)};
-    const InterleavedAddrGenFast<cos_is_dram> cs = {
-        .bank_base_address = cos_addr, .page_size = get_tile_size(cb_cos), .data_format = get_dataformat(cb_cos)};
-    const InterleavedAddrGenFast<sin_is_dram> sn = {
-        .bank_base_address = sin_addr, .page_size = get_tile_size(cb_sin), .data_format = get_dataformat(cb_sin)};
+    constexpr auto x_args = TensorAccessorArgs<0>();
+    constexpr auto cos_args = TensorAccessorArgs<x_args.next_compile_time_args_offset()>();
+    constexpr auto sin_args = TensorAccessorArgs<cos_args.next_compile_time_args_offset()>();
+    const auto x = TensorAccessor(x_args, x_addr);
+    const auto cs = TensorAccessor(cos_args, cos_addr);
+    const auto sn = TensorAccessor(sin_args, sin_addr);
 
 #ifndef SWAP_HALVES
     // r = x @ R: r[j] = -x[j + half] (j < half), x[j - half] (half <= j < head_dim); pairs: r[2k] = -x[2k + 1],
@@ -62,15 +62,15 @@ void kernel_main() {
         cb_reserve_back(cb_x, 1);
         cb_reserve_back(cb_cos, 1);
         cb_reserve_back(cb_sin, 1);
-        noc_async_read_tile(t, x, get_write_ptr(cb_x));
-        noc_async_read_tile(cs_row * Wt + col, cs, get_write_ptr(cb_cos));
+        noc_async_read_page(t, x, get_write_ptr(cb_x));
+        noc_async_read_page(cs_row * Wt + col, cs, get_write_ptr(cb_cos));
 #ifdef SWAP_HALVES
         const uint32_t other = col < half_wt ? col + half_wt : col - half_wt;
         cb_reserve_back(cb_xs, 1);
-        noc_async_read_tile(row * Wt + other, x, get_write_ptr(cb_xs));
-        noc_async_read_tile(cs_row * Wt + (transpose ? other : col), sn, get_write_ptr(cb_sin));
+        noc_async_read_page(row * Wt + other, x, get_write_ptr(cb_xs));
+        noc_async_read_page(cs_row * Wt + (transpose ? other : col), sn, get_write_ptr(cb_sin));
 #else
-        noc_async_read_tile(cs_row * Wt + col, sn, get_write_ptr(cb_sin));
+        noc_async_read_page(cs_row * Wt + col, sn, get_write_ptr(cb_sin));
 #endif
         noc_async_read_barrier();
         cb_push_back(cb_x, 1);
