@@ -252,14 +252,12 @@ ACCESSOR_IS_DRAM = 1 << 1  # tt-metal hostdevcommon/tensor_accessor/arg_config.h
 DRAM_ALIGN = 64  # Blackhole noc_parameters.h: NOC_DRAM_READ_ALIGNMENT_BYTES (the larger of read 64 / write 16)
 
 
-def tensor_accessor_args(buffer: Buffer) -> list[int]:
-    """The compile-time arguments of ``TensorAccessorArgs`` for an interleaved buffer, as TT-NN's
-    ``TensorAccessorArgs(tensor).get_compile_time_args()`` gives them: the config word (DRAM or L1) and the page size
-    rounded up to the memory's alignment (64 B in DRAM, 16 B in L1)."""
-    from kohakutt.hal.layout import MemoryKind
-
-    dram = buffer.kind is MemoryKind.DRAM
-    return [ACCESSOR_IS_DRAM if dram else 0, align_up(int(buffer.page_size), DRAM_ALIGN if dram else 16)]
+def tensor_accessor_args(page_size: int, kind: str = "dram") -> list[int]:
+    """The compile-time arguments of ``TensorAccessorArgs`` for an interleaved buffer of ``page_size``-byte pages in
+    ``kind`` memory ("dram" or "l1"), as TT-NN's ``TensorAccessorArgs(tensor).get_compile_time_args()`` gives them:
+    the config word and the page size rounded up to the memory's alignment (64 B in DRAM, 16 B in L1)."""
+    dram = str(getattr(kind, "value", kind)).lower() == "dram"
+    return [ACCESSOR_IS_DRAM if dram else 0, align_up(int(page_size), DRAM_ALIGN if dram else 16)]
 
 
 _SOURCES: dict[Path, tuple[int, str]] = {}

@@ -290,7 +290,7 @@ def rotary_form(head_dim: int, interleaved: bool) -> str | None:
 # ------------------------------------------------------------------------------------------------- building
 def _accessors(*tensors: DeviceTensor) -> list[int]:
     """The compile-time args of the kernel's TensorAccessorArgs, one set per tensor in order."""
-    return [a for t in tensors for a in tensor_accessor_args(t.buffer)]
+    return [a for t in tensors for a in tensor_accessor_args(t.buffer.page_size, t.buffer.kind)]
 
 
 def worker_cores(units: int, card: CardSpec = P150A, max_cores: int | None = None) -> CoreRangeSet:

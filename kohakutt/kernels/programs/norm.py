@@ -33,7 +33,16 @@ import torch
 
 from kohakutt.hal import formats
 from kohakutt.hal.layout import TILE, Format
-from kohakutt.hal.program import CircularBuffer, CoreRange, Kernel, MathFidelity, Program, Work, split_work
+from kohakutt.hal.program import (
+    CircularBuffer,
+    CoreRange,
+    Kernel,
+    MathFidelity,
+    Program,
+    Work,
+    split_work,
+    tensor_accessor_args,
+)
 from kohakutt.ir.numerics import Fidelity
 from kohakutt.kernels.programs import SOURCE_DIR
 
@@ -96,7 +105,7 @@ def f32_bits(v: float) -> int:
 # ------------------------------------------------------------------------------------------------ simulator twins
 def _reader(k: Any) -> None:
     row_start, rows = k.get_arg_val(4), k.get_arg_val(5)
-    wt_n, w_last = k.get_compile_time_arg_val(0), k.get_compile_time_arg_val(1)
+    wt_n, w_last = k.get_arg_val(6), k.get_arg_val(7)
     d = k.defines
     x = k.tensor_accessor("x")
     res = k.tensor_accessor("residual") if "FUSE_PRE_ADD" in d else None
@@ -158,7 +167,7 @@ def _row_sum(c: Any, cb: int, wt_n: int, w_last: int) -> None:
 
 def _compute(c: Any) -> None:
     rows = c.get_arg_val(0)
-    wt_n, w_last, inv_w, eps = (c.get_compile_time_arg_val(i) for i in range(4))
+    wt_n, w_last, inv_w, eps = (c.get_arg_val(i) for i in range(1, 5))
     d = c.defines
     rms, fused, gamma, beta, stats = (f in d for f in ("RMSNORM", "FUSE_PRE_ADD", "FUSE_GAMMA", "FUSE_BETA",
                                                         "WRITE_STATS"))  # fmt: skip
@@ -265,7 +274,7 @@ def _drain(k: Any, cb: int, tile: int, dst: Any) -> None:
 
 def _writer(k: Any) -> None:
     row_start, rows = k.get_arg_val(4), k.get_arg_val(5)
-    wt_n = k.get_compile_time_arg_val(0)
+    wt_n = k.get_arg_val(6)
     d = k.defines
     y = k.tensor_accessor("y")
     s = k.tensor_accessor("s") if "FUSE_PRE_ADD" in d else None
@@ -318,26 +327,36 @@ def rowwise_program(cfg: NormConfig, rows: int, max_cores: int = 8) -> Program:
         cbs.append(cb(CB_BETA, cfg.beta_fmt, 2))
     names = cfg.tensors
 
+    inv_w, eps = f32_bits(1.0 / max(cfg.width, 1)), f32_bits(cfg.eps)
+
     def args(bufs: Sequence[Any], rt: Any) -> dict:
         addr = {n: b.address for n, b in zip(names, bufs)}
         split = split_work(ht, cores)
         reader = [addr["x"], addr.get("residual", 0), addr.get("weight", 0), addr.get("bias", 0)]
         writer = [addr["y"], addr.get("s", 0), addr.get("mean", 0), addr.get("rstd", 0)]
-        return {"reader": {c: [*reader, s, n] for c, s, n in split}, "compute": {c: [n] for c, s, n in split},
-                "writer": {c: [*writer, s, n] for c, s, n in split}}  # fmt: skip
+        return {"reader": {c: [*reader, s, n, wt, cfg.w_last] for c, s, n in split},
+                "compute": {c: [n, wt, cfg.w_last, inv_w, eps] for c, s, n in split},
+                "writer": {c: [*writer, s, n, wt] for c, s, n in split}}  # fmt: skip
+
+    fmts = {"x": cfg.x_fmt, "residual": cfg.res_fmt, "weight": cfg.gamma_fmt, "bias": cfg.beta_fmt, "y": cfg.out_fmt,
+            "s": cfg.out_fmt, "mean": Format.FLOAT32, "rstd": Format.FLOAT32}  # fmt: skip
+
+    def accessors(which: Sequence[str]) -> list[int]:  # interleaved DRAM tensors, in the order of cfg.tensors
+        return [a for n in names if n in which for a in tensor_accessor_args(fmts[n].tile_bytes)]
 
     tiles = ht * wt
     work = Work(matmul_tiles=(1 if cfg.rms else 2) * tiles,
                 fpu_tiles=tiles * (2 + (0 if cfg.rms else 2) + cfg.fused + cfg.gamma + cfg.beta),
                 sfpu_tiles=tiles + 4 * ht)  # fmt: skip
-    compute_args = [wt, cfg.w_last, f32_bits(1.0 / max(cfg.width, 1)), f32_bits(cfg.eps)]
+    ins, outs = ("x", "residual", "weight", "bias"), ("y", "s", "mean", "rstd")
     return Program(
         "ktt_rms_norm" if cfg.rms else "ktt_layer_norm",
-        [Kernel("reader", SOURCES / "reader.cpp", cores, _reader, compile_time_args=[wt, cfg.w_last],
+        [Kernel("reader", SOURCES / "reader.cpp", cores, _reader, compile_time_args=accessors(ins),
                 defines=cfg.defines),
-         Kernel("compute", SOURCES / "compute.cpp", cores, _compute, compile_time_args=compute_args,
-                defines=cfg.defines, math_fidelity=MathFidelity(cfg.fidelity.name), fp32_dest_acc_en=True),
-         Kernel("writer", SOURCES / "writer.cpp", cores, _writer, compile_time_args=[wt], defines=cfg.defines)],
+         Kernel("compute", SOURCES / "compute.cpp", cores, _compute, defines=cfg.defines,
+                math_fidelity=MathFidelity(cfg.fidelity.name), fp32_dest_acc_en=True),
+         Kernel("writer", SOURCES / "writer.cpp", cores, _writer, compile_time_args=accessors(outs),
+                defines=cfg.defines)],
         cbs, runtime_args=args, tensors=names, work=work,
     )  # fmt: skip
 

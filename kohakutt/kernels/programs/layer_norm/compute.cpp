@@ -1,14 +1,15 @@
-#include <cstdint>
-#include "compute_kernel_api/eltwise_binary.h"
-#include "compute_kernel_api/matmul.h"
-#include "compute_kernel_api/tile_move_copy.h"
-#include "compute_kernel_api/eltwise_unary/eltwise_unary.h"
-#include "compute_kernel_api/eltwise_unary/binop_with_scalar.h"
-#include "compute_kernel_api/eltwise_unary/rsqrt.h"
-#include "compute_kernel_api/eltwise_unary/square.h"
-
 // Layer norm / RMS norm of whole tile rows with fp32 statistics (see kohakutt/kernels/programs/norm.py).
-namespace NAMESPACE {
+// Runtime args: tile rows, Wt, w_last (valid columns of the last tile, 0 = all 32), fp32 bits of 1/W and of eps.
+#include <cstdint>
+
+#include "api/compute/compute_kernel_api.h"
+#include "api/compute/compute_kernel_hw_startup.h"
+#include "api/compute/eltwise_binary.h"
+#include "api/compute/eltwise_unary/binop_with_scalar.h"
+#include "api/compute/eltwise_unary/eltwise_unary.h"
+#include "api/compute/eltwise_unary/rsqrt.h"
+#include "api/compute/matmul.h"
+#include "api/compute/tile_move_copy.h"
 
 constexpr auto cb_x = tt::CBIndex::c_0;
 constexpr auto cb_res = tt::CBIndex::c_1;
@@ -33,7 +34,7 @@ constexpr auto cb_s = tt::CBIndex::c_0;
 
 // DST[0] = sum over the row's tiles of cb @ ones: each column holds the row sum (padding masked by the ones).
 inline void row_sum(uint32_t cb, uint32_t Wt, uint32_t w_last) {
-    mm_init_short(cb, cb_ones);
+    matmul_init(cb, cb_ones);
     for (uint32_t wt = 0; wt < Wt; ++wt) {
         matmul_tiles(cb, cb_ones, wt, (wt == Wt - 1 && w_last != 0) ? 1 : 0, 0);
     }
@@ -45,12 +46,12 @@ inline void pack_to(uint32_t cb) {
     cb_push_back(cb, 1);
 }
 
-void MAIN {
+void kernel_main() {
     const uint32_t rows = get_arg_val<uint32_t>(0);
-    constexpr uint32_t Wt = get_compile_time_arg_val(0);
-    constexpr uint32_t w_last = get_compile_time_arg_val(1);
-    constexpr uint32_t inv_w = get_compile_time_arg_val(2);  // fp32 bits of 1/W
-    constexpr uint32_t eps = get_compile_time_arg_val(3);    // fp32 bits
+    const uint32_t Wt = get_arg_val<uint32_t>(1);
+    const uint32_t w_last = get_arg_val<uint32_t>(2);
+    const uint32_t inv_w = get_arg_val<uint32_t>(3);  // fp32 bits of 1/W
+    const uint32_t eps = get_arg_val<uint32_t>(4);    // fp32 bits
 
     compute_kernel_hw_startup(cb_s, cb_ones, cb_y);
     cb_wait_front(cb_ones, 2);
@@ -60,7 +61,7 @@ void MAIN {
             cb_wait_front(cb_x, 1);
             cb_wait_front(cb_res, 1);
             tile_regs_acquire();
-            add_tiles_init(cb_x, cb_res);
+            add_init(cb_x, cb_res);
             add_tiles(cb_x, cb_res, 0, 0, 0);
             tile_regs_commit();
             cb_pop_front(cb_x, 1);
@@ -101,10 +102,10 @@ void MAIN {
         for (uint32_t wt = 0; wt < Wt; ++wt) {  // pass 2: squares of s - mean (of s for RMS norm)
             tile_regs_acquire();
 #ifdef RMSNORM
-            copy_tile_init(cb_s);
+            copy_init(cb_s);
             copy_tile(cb_s, wt, 0);
 #else
-            sub_tiles_init(cb_s, cb_mean);
+            sub_init(cb_s, cb_mean);
             sub_tiles(cb_s, cb_mean, wt, 0, 0);
 #endif
             square_tile_init();
@@ -146,7 +147,7 @@ void MAIN {
             const uint32_t src = cb_s, idx = wt;
 #else
             tile_regs_acquire();
-            sub_tiles_init(cb_s, cb_mean);
+            sub_init(cb_s, cb_mean);
             sub_tiles(cb_s, cb_mean, wt, 0, 0);
             tile_regs_commit();
             cb_reserve_back(cb_d, 1);
@@ -163,7 +164,7 @@ void MAIN {
             constexpr uint32_t normed = cb_y;
 #endif
             tile_regs_acquire();
-            mul_tiles_init(src, cb_rstd);
+            mul_init(src, cb_rstd);
             mul_tiles(src, cb_rstd, idx, 0, 0);
             tile_regs_commit();
 #ifndef RMSNORM
@@ -181,7 +182,7 @@ void MAIN {
             cb_wait_front(cb_t1, 1);
             cb_wait_front(cb_gamma, 1);
             tile_regs_acquire();
-            mul_tiles_init(cb_t1, cb_gamma);
+            mul_init(cb_t1, cb_gamma);
             mul_tiles(cb_t1, cb_gamma, 0, 0, 0);
             tile_regs_commit();
             cb_pop_front(cb_t1, 1);
@@ -199,7 +200,7 @@ void MAIN {
             cb_wait_front(shifted, 1);
             cb_wait_front(cb_beta, 1);
             tile_regs_acquire();
-            add_tiles_init(shifted, cb_beta);
+            add_init(shifted, cb_beta);
             add_tiles(shifted, cb_beta, 0, 0, 0);
             tile_regs_commit();
             cb_pop_front(shifted, 1);
@@ -217,4 +218,3 @@ void MAIN {
     }
     cb_pop_front(cb_ones, 2);
 }
-}  // namespace NAMESPACE

@@ -1,9 +1,13 @@
-#include <cstdint>
-#include "dataflow_api.h"
-
 // Per tile row: the row's Wt tiles of x (and of the residual) into CB 0 (1); then, when there are affine
 // parameters, tile wt of gamma / beta with row 0 copied down the tile. Two ones tiles for the row sums first:
 // all ones, and ones whose rows past the last tile's valid width are zero.
+// Compile-time args: TensorAccessorArgs of x [, residual (FUSE_PRE_ADD)] [, gamma (FUSE_GAMMA)] [, beta (FUSE_BETA)].
+// Runtime args: x, residual, gamma and beta addresses (0 when absent), first tile row, tile rows, Wt, w_last (valid
+// columns of the last tile, 0 = all 32).
+#include <cstdint>
+
+#include "api/dataflow/dataflow_api.h"
+
 inline void fill_ones(uint32_t l1, uint32_t valid_rows) {
     volatile tt_l1_ptr uint16_t* p = reinterpret_cast<volatile tt_l1_ptr uint16_t*>(l1);
     for (uint32_t face = 0; face < 4; ++face) {
@@ -29,10 +33,11 @@ inline void broadcast_row0(uint32_t l1) {
     }
 }
 
-inline void read_param(uint32_t cb, uint32_t tile, const InterleavedAddrGenFast<true>& src) {
+template <typename Accessor>
+inline void read_param(uint32_t cb, uint32_t tile, const Accessor& src) {
     cb_reserve_back(cb, 1);
     const uint32_t l1 = get_write_ptr(cb);
-    noc_async_read_tile(tile, src, l1);
+    noc_async_read_page(tile, src, l1);
     noc_async_read_barrier();
     if (get_tile_size(cb) == 4096) {
         broadcast_row0<uint32_t>(l1);
@@ -49,26 +54,29 @@ void kernel_main() {
     const uint32_t beta_addr = get_arg_val<uint32_t>(3);
     const uint32_t row_start = get_arg_val<uint32_t>(4);
     const uint32_t rows = get_arg_val<uint32_t>(5);
-    constexpr uint32_t Wt = get_compile_time_arg_val(0);
-    constexpr uint32_t w_last = get_compile_time_arg_val(1);  // valid columns of the last tile, 0 = all 32
+    const uint32_t Wt = get_arg_val<uint32_t>(6);
+    const uint32_t w_last = get_arg_val<uint32_t>(7);
 
-    const InterleavedAddrGenFast<true> x = {
-        .bank_base_address = x_addr, .page_size = get_tile_size(tt::CBIndex::c_0),
-        .data_format = get_dataformat(tt::CBIndex::c_0)};
+    constexpr auto x_args = TensorAccessorArgs<0>();
+    const auto x = TensorAccessor(x_args, x_addr);
+    constexpr uint32_t after_x = x_args.next_compile_time_args_offset();
 #ifdef FUSE_PRE_ADD
-    const InterleavedAddrGenFast<true> res = {
-        .bank_base_address = res_addr, .page_size = get_tile_size(tt::CBIndex::c_1),
-        .data_format = get_dataformat(tt::CBIndex::c_1)};
+    constexpr auto res_args = TensorAccessorArgs<after_x>();
+    const auto res = TensorAccessor(res_args, res_addr);
+    constexpr uint32_t after_res = res_args.next_compile_time_args_offset();
+#else
+    constexpr uint32_t after_res = after_x;
 #endif
 #ifdef FUSE_GAMMA
-    const InterleavedAddrGenFast<true> gamma = {
-        .bank_base_address = gamma_addr, .page_size = get_tile_size(tt::CBIndex::c_3),
-        .data_format = get_dataformat(tt::CBIndex::c_3)};
+    constexpr auto gamma_args = TensorAccessorArgs<after_res>();
+    const auto gamma = TensorAccessor(gamma_args, gamma_addr);
+    constexpr uint32_t after_gamma = gamma_args.next_compile_time_args_offset();
+#else
+    constexpr uint32_t after_gamma = after_res;
 #endif
 #ifdef FUSE_BETA
-    const InterleavedAddrGenFast<true> beta = {
-        .bank_base_address = beta_addr, .page_size = get_tile_size(tt::CBIndex::c_4),
-        .data_format = get_dataformat(tt::CBIndex::c_4)};
+    constexpr auto beta_args = TensorAccessorArgs<after_gamma>();
+    const auto beta = TensorAccessor(beta_args, beta_addr);
 #endif
 
     cb_reserve_back(tt::CBIndex::c_2, 2);
@@ -79,10 +87,10 @@ void kernel_main() {
     for (uint32_t row = row_start; row < row_start + rows; ++row) {
         for (uint32_t wt = 0; wt < Wt; ++wt) {
             cb_reserve_back(tt::CBIndex::c_0, 1);
-            noc_async_read_tile(row * Wt + wt, x, get_write_ptr(tt::CBIndex::c_0));
+            noc_async_read_page(row * Wt + wt, x, get_write_ptr(tt::CBIndex::c_0));
 #ifdef FUSE_PRE_ADD
             cb_reserve_back(tt::CBIndex::c_1, 1);
-            noc_async_read_tile(row * Wt + wt, res, get_write_ptr(tt::CBIndex::c_1));
+            noc_async_read_page(row * Wt + wt, res, get_write_ptr(tt::CBIndex::c_1));
 #endif
             noc_async_read_barrier();
             cb_push_back(tt::CBIndex::c_0, 1);
