@@ -100,7 +100,10 @@ def host_toolchain() -> list[str]:
     flags = ["-nostdinc", "-isystem", f"{resource}/include", "-isystem", str(cxx[-1])]
     if target:
         flags += ["-isystem", str(target[0])]
-    return flags + ["-isystem", str(NEWLIB)]
+    return [*flags, "-isystem", str(NEWLIB)]
+
+
+_KEPT = ("-fno-exceptions", "-fno-rtti")
 
 
 def clang_command(argv: list[str], sfpi_dir: Path, system: list[str]) -> list[str]:
@@ -124,9 +127,7 @@ def clang_command(argv: list[str], sfpi_dir: Path, system: list[str]) -> list[st
             continue
         if x.startswith("-I") and x.rstrip("/").endswith("runtime/sfpi/include"):
             out.append(f"-I{sfpi_dir}")
-        elif x.startswith(("-I", "-D", "-U", "-std=")) or x in ("-fno-exceptions", "-fno-rtti"):
-            out.append(x)
-        elif not x.startswith("-"):
+        elif x.startswith(("-I", "-D", "-U", "-std=")) or x in _KEPT or not x.startswith("-"):
             out.append(x)
         i += 1
     return out + system
@@ -140,7 +141,9 @@ def _pch_text(path: str) -> str:
     return str(copy)
 
 
-_DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>fatal error|error|warning|note): (?P<msg>.*)$")
+_DIAG = re.compile(
+    r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>fatal error|error|warning|note): (?P<msg>.*)$"
+)
 
 
 def parse(stderr: str) -> list[Diagnostic]:

@@ -53,22 +53,49 @@ def describe(name: str, program: Program, buffers: Sequence[Any]) -> dict:
             cores.append([list(core), row])
         runtime[kname] = cores
     kernels = [
-        {"kind": k.kind, "name": k.name, "path": str(k.path) if k.path else None, "source": k.source,
-         "cores": [[list(r.start), list(r.end)] for r in k.cores.ranges], "compile_time_args": list(k.compile_time_args),
-         "defines": dict(k.defines), "common_runtime_args": list(k.common_runtime_args),
-         "math_fidelity": str(k.math_fidelity), "fp32_dest_acc_en": k.fp32_dest_acc_en,
-         "math_approx_mode": k.math_approx_mode, "dst_full_sync_en": k.dst_full_sync_en}
+        {
+            "kind": k.kind,
+            "name": k.name,
+            "path": str(k.path) if k.path else None,
+            "source": k.source,
+            "cores": [[list(r.start), list(r.end)] for r in k.cores.ranges],
+            "compile_time_args": list(k.compile_time_args),
+            "defines": dict(k.defines),
+            "common_runtime_args": list(k.common_runtime_args),
+            "math_fidelity": str(k.math_fidelity),
+            "fp32_dest_acc_en": k.fp32_dest_acc_en,
+            "math_approx_mode": k.math_approx_mode,
+            "dst_full_sync_en": k.dst_full_sync_en,
+        }
         for k in program.kernels
-    ]  # fmt: skip
-    cbs = [{"index": cb.index, "format": Format.of(cb.data_format).value, "page_size": cb.page_size,
-            "num_pages": cb.num_pages, "cores": [[list(r.start), list(r.end)] for r in cb.cores.ranges]}
-           for cb in program.cbs]  # fmt: skip
-    sems = [{"id": s.id, "initial_value": s.initial_value, "cores": [[list(r.start), list(r.end)] for r in s.cores.ranges]}
-            for s in program.semaphores]  # fmt: skip
-    bufs = [{"shape": list(b.shape), "format": b.fmt.value, "layout": Layout.of(b.layout).value, "kind": b.kind.value}
-            for b in buffers]  # fmt: skip
-    return {"name": name, "program": program.name, "kernels": kernels, "cbs": cbs, "semaphores": sems,
-            "buffers": bufs, "runtime_args": runtime}  # fmt: skip
+    ]
+    cbs = [
+        {
+            "index": cb.index,
+            "format": Format.of(cb.data_format).value,
+            "page_size": cb.page_size,
+            "num_pages": cb.num_pages,
+            "cores": [[list(r.start), list(r.end)] for r in cb.cores.ranges],
+        }
+        for cb in program.cbs
+    ]
+    sems = [
+        {"id": s.id, "initial_value": s.initial_value, "cores": [[list(r.start), list(r.end)] for r in s.cores.ranges]}
+        for s in program.semaphores
+    ]
+    bufs = [
+        {"shape": list(b.shape), "format": b.fmt.value, "layout": Layout.of(b.layout).value, "kind": b.kind.value}
+        for b in buffers
+    ]
+    return {
+        "name": name,
+        "program": program.name,
+        "kernels": kernels,
+        "cbs": cbs,
+        "semaphores": sems,
+        "buffers": bufs,
+        "runtime_args": runtime,
+    }
 
 
 # ------------------------------------------------------------------------------------------------- the variants
@@ -85,8 +112,10 @@ def _fused(dev: Any) -> list[tuple[str, Program, list]]:
     def build(op: str, ins: list, attrs: dict, num: Numerics | None = None) -> tuple[Program, list]:
         d = irops.get(op)
         bound = d.bind_attrs(attrs)
-        outs = [empty(dev, s.with_layout(Layout.TILE) if hasattr(s, "with_layout") else s)
-                for s in d.infer([x.spec for x in ins], bound)]  # fmt: skip
+        outs = [
+            empty(dev, s.with_layout(Layout.TILE) if hasattr(s, "with_layout") else s)
+            for s in d.infer([x.spec for x in ins], bound)
+        ]
         prog = pf.build(op, ins, outs, bound, num or resolve(d.numerics), max_cores=4)
         return prog, [x.buffer for x in (*ins, *outs)]
 
@@ -117,9 +146,16 @@ def _norm(dev: Any) -> list[tuple[str, Program, list]]:
     }
     for name, cfg in cases.items():
         rows = 64
-        shapes = {"x": (rows, cfg.width), "residual": (rows, cfg.width), "weight": (1, cfg.width),
-                  "bias": (1, cfg.width), "y": (rows, cfg.width), "s": (rows, cfg.width), "mean": (rows, 1),
-                  "rstd": (rows, 1)}  # fmt: skip
+        shapes = {
+            "x": (rows, cfg.width),
+            "residual": (rows, cfg.width),
+            "weight": (1, cfg.width),
+            "bias": (1, cfg.width),
+            "y": (rows, cfg.width),
+            "s": (rows, cfg.width),
+            "mean": (rows, 1),
+            "rstd": (rows, 1),
+        }
         fmts = {"mean": Format.FLOAT32, "rstd": Format.FLOAT32}
         bufs = [dev.allocate(shape=shapes[n], fmt=fmts.get(n, Format.BFLOAT16), layout="tile") for n in cfg.tensors]
         out.append((name, rowwise_program(cfg, rows), bufs))
@@ -132,18 +168,43 @@ def _conv(dev: Any) -> list[tuple[str, Program, list]]:
     out = []
     cases = {
         "conv2d_nchw_bias": ((1, 4, 9, 9), (8, 4, 3, 3), {"padding": (1, 1)}, "bfloat16", False, True),
-        "conv2d_nhwc_fp32acc": ((1, 9, 9, 8), (16, 8, 3, 3), {"channels_last": True, "stride": (2, 2)}, "float32",
-                                True, False),
-        "conv2d_grouped_streamed": ((1, 8, 8, 8), (8, 4, 3, 3), {"groups": 2, "padding": (1, 1)}, "bfloat16", True,
-                                    True),
-    }  # fmt: skip
+        "conv2d_nhwc_fp32acc": (
+            (1, 9, 9, 8),
+            (16, 8, 3, 3),
+            {"channels_last": True, "stride": (2, 2)},
+            "float32",
+            True,
+            False,
+        ),
+        "conv2d_grouped_streamed": (
+            (1, 8, 8, 8),
+            (8, 4, 3, 3),
+            {"groups": 2, "padding": (1, 1)},
+            "bfloat16",
+            True,
+            True,
+        ),
+    }
     for name, (xs, ws, attrs, dt, fp32, bias) in cases.items():
-        spec = conv_spec(xs, ws, attrs, x_dtype=dt, w_dtype=dt, bias_dtype=dt if bias else None, fp32_acc=fp32,
-                         w_resident=None if "streamed" not in name else False)  # fmt: skip
+        spec = conv_spec(
+            xs,
+            ws,
+            attrs,
+            x_dtype=dt,
+            w_dtype=dt,
+            bias_dtype=dt if bias else None,
+            fp32_acc=fp32,
+            w_resident=None if "streamed" not in name else False,
+        )
         s = spec.shape
-        bufs = [dev.allocate(shape=(s.n, s.h, s.w, s.c) if s.channels_last else (s.n, s.c, s.h, s.w),
-                             fmt=spec.x_fmt, layout="row_major"),
-                dev.allocate(shape=(s.groups * s.kh * s.krt * 32, s.nt * 32), fmt=spec.w_fmt, layout="tile")]  # fmt: skip
+        bufs = [
+            dev.allocate(
+                shape=(s.n, s.h, s.w, s.c) if s.channels_last else (s.n, s.c, s.h, s.w),
+                fmt=spec.x_fmt,
+                layout="row_major",
+            ),
+            dev.allocate(shape=(s.groups * s.kh * s.krt * 32, s.nt * 32), fmt=spec.w_fmt, layout="tile"),
+        ]
         if bias:
             bufs.append(dev.allocate(shape=(s.k,), fmt=spec.bias_fmt, layout="row_major"))
         oshape = (s.n, s.oh, s.ow, s.k) if s.channels_last else (s.n, s.k, s.oh, s.ow)
@@ -157,9 +218,20 @@ def _attention(dev: Any) -> list[tuple[str, Program, list]]:
 
     out = []
     for name, mask in (("flash_attention_causal", None), ("flash_attention_mask", (1, 1, 64, 96))):
-        prog = flash_attention_program((1, 2, 64, 64), (1, 1, 96, 64), (1, 1, 96, 64), scale=0.125,
-                                       causal=mask is None, mask_shape=mask, max_cores=4)  # fmt: skip
-        shapes = [((1, 2, 64, 64), Format.BFLOAT16), ((1, 1, 96, 64), Format.BFLOAT16), ((1, 1, 96, 64), Format.BFLOAT16)]
+        prog = flash_attention_program(
+            (1, 2, 64, 64),
+            (1, 1, 96, 64),
+            (1, 1, 96, 64),
+            scale=0.125,
+            causal=mask is None,
+            mask_shape=mask,
+            max_cores=4,
+        )
+        shapes = [
+            ((1, 2, 64, 64), Format.BFLOAT16),
+            ((1, 1, 96, 64), Format.BFLOAT16),
+            ((1, 1, 96, 64), Format.BFLOAT16),
+        ]
         if mask is not None:
             shapes.append((mask, Format.FLOAT32))
         shapes += [((1, 2, 64, 64), Format.BFLOAT16)]
@@ -170,8 +242,11 @@ def _attention(dev: Any) -> list[tuple[str, Program, list]]:
 
 
 FAMILIES: dict[str, Callable[[Any], list[tuple[str, Program, list]]]] = {
-    "fused": _fused, "norm": _norm, "conv": _conv, "attention": _attention,
-}  # fmt: skip
+    "fused": _fused,
+    "norm": _norm,
+    "conv": _conv,
+    "attention": _attention,
+}
 
 
 def variants(dev: Any) -> list[tuple[str, Program, list]]:

@@ -12,10 +12,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_TYPES = (
-    "vFloat vInt vUInt vBool vMag vSMag vSMag8 vSMag16 vUInt8 vUInt16 vInt8 vInt16 vFloat16a vFloat16b vLut vLut4 "
-    "vLut8si vLut16ss vLut16ii vLut16 sFloat16a sFloat16b vCond vCCState"
-).split()
+_TYPES = [
+    "vFloat",
+    "vInt",
+    "vUInt",
+    "vBool",
+    "vMag",
+    "vSMag",
+    "vSMag8",
+    "vSMag16",
+    "vUInt8",
+    "vUInt16",
+    "vInt8",
+    "vInt16",
+    "vFloat16a",
+    "vFloat16b",
+    "vLut",
+    "vLut4",
+    "vLut8si",
+    "vLut16ss",
+    "vLut16ii",
+    "vLut16",
+    "sFloat16a",
+    "sFloat16b",
+    "vCond",
+    "vCCState",
+]
 _ENUMS = {
     "RoundMode": "Nearest NearestAway NearestEven NearestStochastic",
     "DataLayout": "Default F16a F16b F32 FSrcB I32 M32 None SM16 SM32 SM8 U16 U32 U8",
@@ -26,17 +48,71 @@ _ENUMS = {
     "LutSign": "Retain Update",
     "FractionalHalf": "High Low",
 }
-_CONSTANTS = (
-    "vConst0 vConst1 vConstNeg1 vConst0p8373 vConstLn2 vConst1Ln2 vConstTileId vConstFloatPrgm0 vConstFloatPrgm1 "
-    "vConstFloatPrgm2 vConstIntPrgm0 vConstIntPrgm1 vConstIntPrgm2 vConstFloatPrgmN"
-).split()
-_FUNCTIONS = (
-    "abs addexp approx_recip as clamp convert copysgn exexp exexp_nodebias exman exman8 exman9 float_to_fp16a "
-    "float_to_fp16b float_to_int16 float_to_int8 float_to_uint16 float_to_uint8 fractional_mul int32_to_float "
-    "is_finite is_inf is_nan is_neg is_pos lreg_pressure lut lut2 lut2_sign lut_sign max min min_max nearby "
-    "reinterpret setexp setman setsgn setsgn2 shft subvec_shflror1 subvec_shflshr1 subvec_transp symmetric_clamp "
-    "vec_min_max lz reduce_max"
-).split()
+_CONSTANTS = [
+    "vConst0",
+    "vConst1",
+    "vConstNeg1",
+    "vConst0p8373",
+    "vConstLn2",
+    "vConst1Ln2",
+    "vConstTileId",
+    "vConstFloatPrgm0",
+    "vConstFloatPrgm1",
+    "vConstFloatPrgm2",
+    "vConstIntPrgm0",
+    "vConstIntPrgm1",
+    "vConstIntPrgm2",
+    "vConstFloatPrgmN",
+]
+_FUNCTIONS = [
+    "abs",
+    "addexp",
+    "approx_recip",
+    "as",
+    "clamp",
+    "convert",
+    "copysgn",
+    "exexp",
+    "exexp_nodebias",
+    "exman",
+    "exman8",
+    "exman9",
+    "float_to_fp16a",
+    "float_to_fp16b",
+    "float_to_int16",
+    "float_to_int8",
+    "float_to_uint16",
+    "float_to_uint8",
+    "fractional_mul",
+    "int32_to_float",
+    "is_finite",
+    "is_inf",
+    "is_nan",
+    "is_neg",
+    "is_pos",
+    "lreg_pressure",
+    "lut",
+    "lut2",
+    "lut2_sign",
+    "lut_sign",
+    "max",
+    "min",
+    "min_max",
+    "nearby",
+    "reinterpret",
+    "setexp",
+    "setman",
+    "setsgn",
+    "setsgn2",
+    "shft",
+    "subvec_shflror1",
+    "subvec_shflshr1",
+    "subvec_transp",
+    "symmetric_clamp",
+    "vec_min_max",
+    "lz",
+    "reduce_max",
+]
 
 _SFPI_H = """\
 // Written by tests/ttnn/sfpi_stand_in.py for a syntax-only kernel check: stand-ins for sfpi's declarations.
