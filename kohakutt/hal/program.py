@@ -31,8 +31,10 @@ CoreCoord = tuple[int, int]  # logical (x, y) on the worker grid
 MAX_RUNTIME_ARGS = 341  # tt-metal kernel.hpp: 4096-byte dispatch packet / (3 kernels * 4 bytes), unique + common
 NUM_SEMAPHORES = 16  # tt-metal semaphore.hpp: semaphore ids per core
 KINDS = ("reader", "writer", "compute")
-_KIND_ALIASES = {"dm0": "reader", "brisc": "reader", "riscv_0": "reader", "dm1": "writer", "ncrisc": "writer",
-                 "riscv_1": "writer"}  # fmt: skip
+# TT-Metal's reader and writer configs (ReaderConfigDescriptor / WriterConfigDescriptor) put a reader on RISCV_1
+# (NCRISC, NOC 1) and a writer on RISCV_0 (BRISC, NOC 0): the JIT builds them as ncrisc and brisc.
+_KIND_ALIASES = {"riscv_1": "reader", "ncrisc": "reader", "dm1": "reader", "riscv_0": "writer", "brisc": "writer",
+                 "dm0": "writer"}  # fmt: skip
 
 # Device-time model constants, the same as the op library's cost model (docs/concepts/cost-model.md).
 PROGRAM_LAUNCH_NS = 2_000.0  # dispatching one program from the command queue (order of magnitude)
@@ -192,8 +194,8 @@ SimKernel = Callable[[Any], None]
 class Kernel:
     """One kernel of a program: its Metalium C++ source, its Python twin for the simulator, and its configuration.
 
-    ``kind`` is ``"reader"`` (BRISC, data movement 0), ``"writer"`` (NCRISC, data movement 1) or ``"compute"`` (the
-    three TRISCs). ``source`` is the kernel's C++ file (a path: the kernel keeps it as ``path`` and reads its text
+    ``kind`` is ``"reader"`` (NCRISC, RISCV_1), ``"writer"`` (BRISC, RISCV_0) or ``"compute"`` (the three TRISCs),
+    as TT-Metal's reader and writer configs place them. ``source`` is the kernel's C++ file (a path: the kernel keeps it as ``path`` and reads its text
     into ``source``) or its C++ text; every kernel's entry point is ``void kernel_main()``. A file may include headers
     beside it (``#include "common.h"``). ``sim(k)`` runs the same kernel against the simulator's kernel API ``k``.
     ``name`` (default: the kind) keys the runtime arguments. The four fields after it configure compute.
@@ -221,7 +223,7 @@ class Kernel:
             self.path = None  # text given in place of the file's (dataclasses.replace): the file no longer applies
         kind = _KIND_ALIASES.get(str(self.kind).lower(), str(self.kind).lower())
         if kind not in KINDS:
-            raise ProgramError(f"kernel kind {self.kind!r} is not one of reader (dm0), writer (dm1), compute")
+            raise ProgramError(f"kernel kind {self.kind!r} is not one of reader (ncrisc), writer (brisc), compute")
         self.kind = kind
         self.name = self.name or kind
         self.core_ranges = CoreRangeSet.of(self.core_ranges)
@@ -240,7 +242,7 @@ class Kernel:
 
     @property
     def processor(self) -> str:
-        return {"reader": "BRISC", "writer": "NCRISC", "compute": "TRISC0-2"}[self.kind]
+        return {"reader": "NCRISC", "writer": "BRISC", "compute": "TRISC0-2"}[self.kind]
 
     def dst_tiles(self, card: CardSpec) -> int:
         """Tiles the DST register file holds for this kernel: half of it in half-sync mode, all of it in full sync."""
@@ -371,12 +373,13 @@ class Program:
         return int(ref)
 
     def cb_addresses(self, card: CardSpec, core: CoreCoord) -> dict[int, int]:
-        """Where each CB of ``core`` starts in L1: carved upward from the first byte past the firmware's region."""
-        addr = card.l1_bytes - card.l1_usable
+        """Where each CB of ``core`` starts in L1: carved upward from the first byte past the firmware's region, each
+        at a DRAM-aligned address (``card.cb_align``), as TT-Metal places them."""
+        addr = align_up(card.l1_bytes - card.l1_usable, card.cb_align)
         out = {}
         for cb in sorted(self.cbs_on(core), key=lambda c: c.index):
             out[cb.index] = addr
-            addr += align_up(cb.total_size, card.l1_align)
+            addr += align_up(cb.total_size, card.cb_align)
         return out
 
     def resolve_runtime_args(self, buffers: Sequence[Buffer], runtime: Mapping[str, Any]
@@ -488,7 +491,7 @@ class Program:
             if key in checked:
                 continue
             checked.add(key)
-            total = sum(align_up(cb.total_size, card.l1_align) for cb in on)
+            total = sum(align_up(cb.total_size, card.cb_align) for cb in on)
             if total > room:
                 parts = ", ".join(f"CB {cb.index}: {cb.num_pages} x {cb.page_size} B" for cb in on)
                 beside = f", less {l1_buffers:,} B of L1 buffers" if l1_buffers else ""

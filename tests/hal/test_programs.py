@@ -574,7 +574,9 @@ def test_core_ranges_and_split_work():
         Kernel("dm2", DM_STUB_CPP, (0, 0))
     with pytest.raises(ProgramError, match="fidelity"):
         Kernel("compute", COMPUTE_STUB_CPP, (0, 0), math_fidelity="HiFi5")
-    assert Kernel("dm1", DM_STUB_CPP, (0, 0)).kind == "writer"
+    # TT-Metal's reader config runs a reader on RISCV_1 (NCRISC), its writer config a writer on RISCV_0 (BRISC)
+    assert Kernel("ncrisc", DM_STUB_CPP, (0, 0)).kind == "reader" and Kernel("riscv_0", DM_STUB_CPP, (0, 0)).kind == "writer"
+    assert [Kernel(k, DM_STUB_CPP, (0, 0)).processor for k in ("reader", "writer")] == ["NCRISC", "BRISC"]
     assert MathFidelity.of("HiFi2").phases == 2
 
 
@@ -597,7 +599,7 @@ def _second_reader(p):
 
 def _off_grid(p):
     return _with(
-        p, kernels=[dataclasses.replace(p.kernels[0], core_ranges=CoreRangeSet.of(CoreRange((9, 0), (11, 0))))]
+        p, kernels=[dataclasses.replace(p.kernels[0], core_ranges=CoreRangeSet.of(CoreRange((11, 0), (13, 0))))]
     )
 
 
@@ -626,7 +628,7 @@ def _args_for_foreign_core(p):
     (_big_cb, r"circular buffers on core \(0, 0\) need 1,646,592 B of L1 .* more than the 1,499,136 B usable"),
     (_dup_cb, r"CB 0 is defined 2 times on core \(1, 0\); a CB index is unique per core"),
     (_second_reader, r"core \(2, 0\) has two reader kernels \('reader' and 'reader2'\)"),
-    (_off_grid, r"covers cores \(9,0\)-\(11,0\), outside the 11 x 10 worker grid"),
+    (_off_grid, r"covers cores \(11,0\)-\(13,0\), outside the 13 x 10 worker grid"),
     (_no_main, r"compute kernel 'compute' has no entry point"),
     (_cb_index, r"CB 32: CB indices are 0..31"),
     (_too_many_args, r"reader on core \(0, 0\) has 342 runtime args, more than Metalium's 341"),
@@ -653,7 +655,7 @@ def test_cbs_share_l1_with_l1_buffers(dev):
     prog = Program("big", [Kernel("reader", DM_STUB_CPP, core, lambda k: None)],
                    [CircularBuffer(0, "bfloat16", 2048, 600, core)])  # fmt: skip
     dev.run_program(prog, [])  # 1.2 MB of CBs fit an empty L1
-    l1 = dev.allocate(shape=(32 * 140, 32 * 110), fmt="bfloat16", layout="tile", kind="l1")  # 140 tiles a core
+    l1 = dev.allocate(shape=(32 * 140, 32 * dev.card.cores), fmt="bfloat16", layout="tile", kind="l1")  # 140 tiles a core
     with pytest.raises(ProgramError, match=r"more than the 1,212,416 B usable .*less 286,720 B of L1 buffers"):
         dev.run_program(prog, [l1])
     dev.free(l1)

@@ -14,6 +14,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from kohakutt.hal.buffer import Buffer
+    from kohakutt.hal.card import CardSpec
     from kohakutt.hal.program import Program
 
 
@@ -66,6 +67,12 @@ class Backend(ABC):
     @abstractmethod
     def run_program(self, program: Program, buffers: Sequence[Buffer], runtime_args: dict[str, Any]) -> None:
         """Run a reader / compute / writer program over ``buffers`` (inputs first, outputs last)."""
+
+    def card(self) -> CardSpec:
+        """The card's figures, called once the chip is open: the P150A's, or what the chip itself reports."""
+        from kohakutt.hal.card import P150A
+
+        return P150A
 
     def describe(self) -> dict[str, Any]:
         """Facts for ``ktt doctor`` and ``ktt info``: what chip this is and how it was opened."""

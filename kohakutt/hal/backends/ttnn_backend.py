@@ -13,7 +13,7 @@ import math
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ import numpy as np
 
 from kohakutt.errors import BackendUnavailable, BufferUseError, DeviceError, FormatError
 from kohakutt.hal.backends.base import Backend
+from kohakutt.hal.card import P150A, CardSpec
 from kohakutt.hal.layout import TILE, Format, Layout, MemoryKind
 from kohakutt.hal.layout import nbytes as layout_nbytes
 
@@ -371,6 +372,13 @@ class TTNNBackend(Backend):
         self.ttnn.generic_op(io_tensors=[h.tensor for h in handles], program_descriptor=descriptor)
 
     # ------------------------------------------------------------------------------------------------- facts
+    def card(self) -> CardSpec:
+        """The P150A's figures with the compute grid the open chip reports (TT-Metal's, dispatch cores excluded)."""
+        if self.device is None:
+            return P150A
+        grid = self.device.compute_with_storage_grid_size()
+        return replace(P150A, grid=(int(grid.x), int(grid.y)))
+
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.name, "chip": self.chip_id, "simulated": False}
         if self.device is None:
