@@ -23,7 +23,8 @@ class CardSpec:
     dram_read_align: int = 64
     dram_write_align: int = 16
     l1_align: int = 16
-    cb_align: int = 64  # circular buffers start DRAM-aligned: a page read from DRAM lands in them    # Ideal cycles for one 32x32x32 tile matmul at each fidelity (LoFi, HiFi2, HiFi3, HiFi4).
+    cb_align: int = 64  # circular buffers start DRAM-aligned: a page read from DRAM lands in them
+    # Ideal cycles for one 32x32x32 tile matmul at each fidelity (LoFi, HiFi2, HiFi3, HiFi4).
     matmul_tile_cycles: tuple[int, int, int, int] = (16, 32, 48, 64)
     dst_tiles_bf16: int = 8  # half-sync DST: 8 bf16 tiles or 4 fp32 tiles
     dst_tiles_fp32: int = 4

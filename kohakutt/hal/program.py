@@ -195,8 +195,9 @@ class Kernel:
     """One kernel of a program: its Metalium C++ source, its Python twin for the simulator, and its configuration.
 
     ``kind`` is ``"reader"`` (NCRISC, RISCV_1), ``"writer"`` (BRISC, RISCV_0) or ``"compute"`` (the three TRISCs),
-    as TT-Metal's reader and writer configs place them. ``source`` is the kernel's C++ file (a path: the kernel keeps it as ``path`` and reads its text
-    into ``source``) or its C++ text; every kernel's entry point is ``void kernel_main()``. A file may include headers
+    as TT-Metal's reader and writer configs place them. ``source`` is the kernel's C++ file (a path: the kernel keeps
+    it as ``path`` and reads its text into ``source``) or its C++ text; every kernel's entry point is
+    ``void kernel_main()``. A file may include headers
     beside it (``#include "common.h"``). ``sim(k)`` runs the same kernel against the simulator's kernel API ``k``.
     ``name`` (default: the kind) keys the runtime arguments. The four fields after it configure compute.
     """
