@@ -252,15 +252,39 @@ class Kernel:
 
 
 ACCESSOR_IS_DRAM = 1 << 1  # tt-metal hostdevcommon/tensor_accessor/arg_config.hpp: ArgConfig::IsDram
+ACCESSOR_RUNTIME_PAGE_SIZE = 1 << 7  # ArgConfig::RuntimePageSize: the page size is given at run time
 DRAM_ALIGN = 64  # Blackhole noc_parameters.h: NOC_DRAM_READ_ALIGNMENT_BYTES (the larger of read 64 / write 16)
+L1_ALIGN = 16
 
 
-def tensor_accessor_args(page_size: int, kind: str = "dram") -> list[int]:
+def tensor_accessor_args(page_size: int | None, kind: str = "dram") -> list[int]:
     """The compile-time arguments of ``TensorAccessorArgs`` for an interleaved buffer of ``page_size``-byte pages in
     ``kind`` memory ("dram" or "l1"), as TT-NN's ``TensorAccessorArgs(tensor).get_compile_time_args()`` gives them:
-    the config word and the page size rounded up to the memory's alignment (64 B in DRAM, 16 B in L1)."""
+    the config word and the page size rounded up to the memory's alignment (64 B in DRAM, 16 B in L1). With
+    ``page_size=None`` the page size is a run-time value (``ArgConfig::RuntimePageSize``, the config word alone): the
+    kernel passes :func:`aligned_page_size` to ``TensorAccessor(args, address, page_size)``, so a row-major tensor of
+    a new width compiles nothing."""
     dram = str(getattr(kind, "value", kind)).lower() == "dram"
-    return [ACCESSOR_IS_DRAM if dram else 0, align_up(int(page_size), DRAM_ALIGN if dram else 16)]
+    config = ACCESSOR_IS_DRAM if dram else 0
+    if page_size is None:
+        return [config | ACCESSOR_RUNTIME_PAGE_SIZE]
+    return [config, aligned_page_size(page_size, kind)]
+
+
+def aligned_page_size(page_size: int, kind: str = "dram") -> int:
+    """How far apart an interleaved buffer's pages sit in a bank: the page rounded up to the memory's alignment."""
+    dram = str(getattr(kind, "value", kind)).lower() == "dram"
+    return align_up(int(page_size), DRAM_ALIGN if dram else L1_ALIGN)
+
+
+def require_dram(program: str, named: Mapping[str, Any]) -> None:
+    """Raise ProgramError unless every buffer of ``named`` (name -> buffer) is in DRAM: a program whose tensor
+    accessors were built for DRAM would read an L1 buffer's pages from the wrong place on a card."""
+    for name, b in named.items():
+        kind = str(getattr(b, "kind", "dram")).lower()
+        if kind != "dram":
+            raise ProgramError(f"program {program!r}: tensor {name!r} is in {kind}, but the program addresses its "
+                               "tensors as interleaved DRAM buffers; move it to DRAM first")  # fmt: skip
 
 
 _SOURCES: dict[Path, tuple[int, str]] = {}
@@ -577,5 +601,5 @@ def _l1_buffer_bytes_per_core(card: CardSpec, buffers: Sequence[Buffer]) -> int:
 __all__ = [
     "FPU_TILE_CYCLES", "KINDS", "MAX_RUNTIME_ARGS", "NUM_SEMAPHORES", "PROGRAM_LAUNCH_NS", "SFPU_TILE_CYCLES",
     "CircularBuffer", "CoreCoord", "CoreRange", "CoreRangeSet", "Kernel", "MathFidelity", "Program", "RuntimeArgs",
-    "Semaphore", "Work", "read_source", "split_work", "tensor_accessor_args",
+    "Semaphore", "Work", "aligned_page_size", "read_source", "require_dram", "split_work", "tensor_accessor_args",
 ]  # fmt: skip
