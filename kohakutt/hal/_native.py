@@ -29,7 +29,9 @@ RUNTIME_DIR = NATIVE_DIR / "runtime"
 HEADER = RUNTIME_DIR / "ktt_runtime.h"
 LIBRARY_NAME = "libktt_runtime.so"
 # -O3 and per-function CPU clones in the source; never -march=native: the cache may be shared between machines.
-CFLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Wno-unused-parameter")
+# -ffp-contract=off: every float operation of the card model rounds as written (no fused multiply-adds).
+CFLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-pthread", "-ffp-contract=off", "-Wall", "-Wextra",
+          "-Wno-unused-parameter")
 
 
 class NativeBuildError(KohakuTTError):
@@ -115,7 +117,7 @@ def build(root: Path, compiler: list[str]) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        cmd = [*compiler, *CFLAGS, f"-I{RUNTIME_DIR}", "-o", tmp, *map(str, sources())]
+        cmd = [*compiler, *CFLAGS, f"-I{RUNTIME_DIR}", "-o", tmp, *map(str, sources()), "-lm"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         except OSError as e:
