@@ -25,7 +25,8 @@ SFPU_OPS = {
     "silu": 9, "sin": 10, "cos": 11, "erf": 12, "relu": 13, "abs": 14, "negative": 15, "square": 16,
     "add": 17, "sub": 18, "mul": 19, "div": 20, "rsub": 21,
 }  # fmt: skip
-APPROX_SFPU_OPS = ("exp", "reciprocal", "gelu", "gelu_tanh", "sigmoid")  # the ops with an approximate algorithm on the card
+# the ops with an approximate algorithm on the card
+APPROX_SFPU_OPS = ("exp", "reciprocal", "gelu", "gelu_tanh", "sigmoid")
 
 
 def _f32(x: npt.ArrayLike) -> np.ndarray:
