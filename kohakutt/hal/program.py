@@ -10,10 +10,12 @@ carries ``sim``, a Python function implementing the same kernel against the simu
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from kohakutt.errors import ProgramError
@@ -191,13 +193,14 @@ class Kernel:
     """One kernel of a program: its Metalium C++ source, its Python twin for the simulator, and its configuration.
 
     ``kind`` is ``"reader"`` (BRISC, data movement 0), ``"writer"`` (NCRISC, data movement 1) or ``"compute"`` (the
-    three TRISCs). ``source`` is the kernel's C++ text: ``void kernel_main()`` for data movement, ``namespace NAMESPACE
-    { void MAIN { ... } }`` (or ``kernel_main``) for compute. ``sim(k)`` runs the same kernel against the simulator's
-    kernel API ``k``. ``name`` (default: the kind) keys the runtime arguments. The last four fields configure compute.
+    three TRISCs). ``source`` is the kernel's C++ file (a path: the kernel keeps it as ``path`` and reads its text
+    into ``source``) or its C++ text; every kernel's entry point is ``void kernel_main()``. A file may include headers
+    beside it (``#include "common.h"``). ``sim(k)`` runs the same kernel against the simulator's kernel API ``k``.
+    ``name`` (default: the kind) keys the runtime arguments. The four fields after it configure compute.
     """
 
     kind: str
-    source: str
+    source: str | os.PathLike[str]
     core_ranges: CoreSpec
     sim: SimKernel | None = None
     compile_time_args: Sequence[int] = ()
@@ -208,8 +211,14 @@ class Kernel:
     fp32_dest_acc_en: bool = False
     math_approx_mode: bool = False
     dst_full_sync_en: bool = False
+    path: Path | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.source, os.PathLike):
+            self.path = Path(self.source).resolve()
+            self.source = read_source(self.path)
+        elif self.path is not None and self.source != read_source(self.path):
+            self.path = None  # text given in place of the file's (dataclasses.replace): the file no longer applies
         kind = _KIND_ALIASES.get(str(self.kind).lower(), str(self.kind).lower())
         if kind not in KINDS:
             raise ProgramError(f"kernel kind {self.kind!r} is not one of reader (dm0), writer (dm1), compute")
@@ -237,6 +246,34 @@ class Kernel:
         """Tiles the DST register file holds for this kernel: half of it in half-sync mode, all of it in full sync."""
         n = card.dst_tiles_fp32 if self.fp32_dest_acc_en else card.dst_tiles_bf16
         return 2 * n if self.dst_full_sync_en else n
+
+
+ACCESSOR_IS_DRAM = 1 << 1  # tt-metal hostdevcommon/tensor_accessor/arg_config.hpp: ArgConfig::IsDram
+DRAM_ALIGN = 64  # Blackhole noc_parameters.h: NOC_DRAM_READ_ALIGNMENT_BYTES (the larger of read 64 / write 16)
+
+
+def tensor_accessor_args(page_size: int, kind: str = "dram") -> list[int]:
+    """The compile-time arguments of ``TensorAccessorArgs`` for an interleaved buffer of ``page_size``-byte pages in
+    ``kind`` memory ("dram" or "l1"), as TT-NN's ``TensorAccessorArgs(tensor).get_compile_time_args()`` gives them:
+    the config word and the page size rounded up to the memory's alignment (64 B in DRAM, 16 B in L1)."""
+    dram = str(getattr(kind, "value", kind)).lower() == "dram"
+    return [ACCESSOR_IS_DRAM if dram else 0, align_up(int(page_size), DRAM_ALIGN if dram else 16)]
+
+
+_SOURCES: dict[Path, tuple[int, str]] = {}
+
+
+def read_source(path: str | os.PathLike[str]) -> str:
+    """The text of kernel source file ``path`` (read again when the file changes)."""
+    p = Path(path)
+    try:
+        stamp = p.stat().st_mtime_ns
+    except OSError as e:
+        raise ProgramError(f"kernel source {p} cannot be read ({e.strerror}); give an existing .cpp file") from None
+    hit = _SOURCES.get(p)
+    if hit is None or hit[0] != stamp:
+        hit = _SOURCES[p] = (stamp, p.read_text())
+    return hit[1]
 
 
 @dataclass
@@ -536,5 +573,5 @@ def _l1_buffer_bytes_per_core(card: CardSpec, buffers: Sequence[Buffer]) -> int:
 __all__ = [
     "FPU_TILE_CYCLES", "KINDS", "MAX_RUNTIME_ARGS", "NUM_SEMAPHORES", "PROGRAM_LAUNCH_NS", "SFPU_TILE_CYCLES",
     "CircularBuffer", "CoreCoord", "CoreRange", "CoreRangeSet", "Kernel", "MathFidelity", "Program", "RuntimeArgs",
-    "Semaphore", "Work", "split_work",
+    "Semaphore", "Work", "read_source", "split_work", "tensor_accessor_args",
 ]  # fmt: skip

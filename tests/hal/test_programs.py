@@ -10,6 +10,7 @@ import dataclasses
 import math
 import re
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,221 +38,16 @@ CB_A, CB_B, CB_OUT = 0, 1, 16
 FOUR_CORES, TWO_CORES = CoreRange((0, 0), (3, 0)), CoreRange((0, 0), (1, 0))
 
 # ------------------------------------------------------------------------------------------- the C++ sources
-READER_BINARY_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// Streams tiles [start, start + count) of two interleaved tensors into CB 0 and CB 1, one tile at a time.
-void kernel_main() {
-    const uint32_t a_addr = get_arg_val<uint32_t>(0);
-    const uint32_t b_addr = get_arg_val<uint32_t>(1);
-    const uint32_t start = get_arg_val<uint32_t>(2);
-    const uint32_t count = get_arg_val<uint32_t>(3);
-    constexpr bool a_is_dram = get_compile_time_arg_val(0) == 1;
-    constexpr bool b_is_dram = get_compile_time_arg_val(1) == 1;
-    constexpr uint32_t cb_a = tt::CBIndex::c_0;
-    constexpr uint32_t cb_b = tt::CBIndex::c_1;
-
-    const InterleavedAddrGenFast<a_is_dram> a = {
-        .bank_base_address = a_addr, .page_size = get_tile_size(cb_a), .data_format = get_dataformat(cb_a)};
-    const InterleavedAddrGenFast<b_is_dram> b = {
-        .bank_base_address = b_addr, .page_size = get_tile_size(cb_b), .data_format = get_dataformat(cb_b)};
-
-    for (uint32_t i = start; i < start + count; ++i) {
-        cb_reserve_back(cb_a, 1);
-        cb_reserve_back(cb_b, 1);
-        noc_async_read_tile(i, a, get_write_ptr(cb_a));
-        noc_async_read_tile(i, b, get_write_ptr(cb_b));
-        noc_async_read_barrier();
-        cb_push_back(cb_a, 1);
-        cb_push_back(cb_b, 1);
-    }
-}
-"""
-
-READER_UNARY_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-void kernel_main() {
-    const uint32_t src_addr = get_arg_val<uint32_t>(0);
-    const uint32_t start = get_arg_val<uint32_t>(1);
-    const uint32_t count = get_arg_val<uint32_t>(2);
-    constexpr bool src_is_dram = get_compile_time_arg_val(0) == 1;
-    constexpr uint32_t cb_in = tt::CBIndex::c_0;
-
-    const InterleavedAddrGenFast<src_is_dram> src = {
-        .bank_base_address = src_addr, .page_size = get_tile_size(cb_in), .data_format = get_dataformat(cb_in)};
-
-    for (uint32_t i = start; i < start + count; ++i) {
-        cb_reserve_back(cb_in, 1);
-        noc_async_read_tile(i, src, get_write_ptr(cb_in));
-        noc_async_read_barrier();
-        cb_push_back(cb_in, 1);
-    }
-}
-"""
-
-WRITER_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// Drains CB 16 into tiles [start, start + count) of the output tensor.
-void kernel_main() {
-    const uint32_t dst_addr = get_arg_val<uint32_t>(0);
-    const uint32_t start = get_arg_val<uint32_t>(1);
-    const uint32_t count = get_arg_val<uint32_t>(2);
-    constexpr bool dst_is_dram = get_compile_time_arg_val(0) == 1;
-    constexpr uint32_t cb_out = tt::CBIndex::c_16;
-
-    const InterleavedAddrGenFast<dst_is_dram> dst = {
-        .bank_base_address = dst_addr, .page_size = get_tile_size(cb_out), .data_format = get_dataformat(cb_out)};
-
-    for (uint32_t i = start; i < start + count; ++i) {
-        cb_wait_front(cb_out, 1);
-        noc_async_write_tile(i, dst, get_read_ptr(cb_out));
-        noc_async_writes_flushed();
-        cb_pop_front(cb_out, 1);
-    }
-    noc_async_write_barrier();
-}
-"""
-
-ADD_CPP = r"""
-#include <cstdint>
-#include "compute_kernel_api/eltwise_binary.h"
-
-namespace NAMESPACE {
-void MAIN {
-    const uint32_t count = get_arg_val<uint32_t>(0);
-    constexpr auto cb_a = tt::CBIndex::c_0;
-    constexpr auto cb_b = tt::CBIndex::c_1;
-    constexpr auto cb_out = tt::CBIndex::c_16;
-
-    binary_op_init_common(cb_a, cb_b, cb_out);
-    add_tiles_init(cb_a, cb_b);
-    for (uint32_t i = 0; i < count; ++i) {
-        cb_wait_front(cb_a, 1);
-        cb_wait_front(cb_b, 1);
-        tile_regs_acquire();
-        add_tiles(cb_a, cb_b, 0, 0, 0);
-        tile_regs_commit();
-        cb_pop_front(cb_a, 1);
-        cb_pop_front(cb_b, 1);
-
-        cb_reserve_back(cb_out, 1);
-        tile_regs_wait();
-        pack_tile(0, cb_out);
-        tile_regs_release();
-        cb_push_back(cb_out, 1);
-    }
-}
-}  // namespace NAMESPACE
-"""
-
-EXP_CPP = r"""
-#include <cstdint>
-#include "compute_kernel_api/eltwise_unary/eltwise_unary.h"
-#include "compute_kernel_api/eltwise_unary/exp.h"
-#include "compute_kernel_api/tile_move_copy.h"
-
-namespace NAMESPACE {
-void MAIN {
-    const uint32_t count = get_arg_val<uint32_t>(0);
-    constexpr auto cb_in = tt::CBIndex::c_0;
-    constexpr auto cb_out = tt::CBIndex::c_16;
-
-    init_sfpu(cb_in, cb_out);
-    exp_tile_init();
-    for (uint32_t i = 0; i < count; ++i) {
-        cb_wait_front(cb_in, 1);
-        tile_regs_acquire();
-        copy_tile(cb_in, 0, 0);
-        exp_tile(0);
-        tile_regs_commit();
-        cb_pop_front(cb_in, 1);
-
-        cb_reserve_back(cb_out, 1);
-        tile_regs_wait();
-        pack_tile(0, cb_out);
-        tile_regs_release();
-        cb_push_back(cb_out, 1);
-    }
-}
-}  // namespace NAMESPACE
-"""
-
-MATMUL_READER_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// For each output tile (mt, nt) of this core, streams row mt of A and column nt of B, tile by tile along K.
-void kernel_main() {
-    const uint32_t a_addr = get_arg_val<uint32_t>(0);
-    const uint32_t b_addr = get_arg_val<uint32_t>(1);
-    const uint32_t start = get_arg_val<uint32_t>(2);
-    const uint32_t count = get_arg_val<uint32_t>(3);
-    const uint32_t Kt = get_arg_val<uint32_t>(4);
-    const uint32_t Nt = get_arg_val<uint32_t>(5);
-    constexpr uint32_t cb_a = tt::CBIndex::c_0;
-    constexpr uint32_t cb_b = tt::CBIndex::c_1;
-
-    const InterleavedAddrGenFast<true> a = {
-        .bank_base_address = a_addr, .page_size = get_tile_size(cb_a), .data_format = get_dataformat(cb_a)};
-    const InterleavedAddrGenFast<true> b = {
-        .bank_base_address = b_addr, .page_size = get_tile_size(cb_b), .data_format = get_dataformat(cb_b)};
-
-    for (uint32_t t = start; t < start + count; ++t) {
-        const uint32_t mt = t / Nt, nt = t % Nt;
-        for (uint32_t kt = 0; kt < Kt; ++kt) {
-            cb_reserve_back(cb_a, 1);
-            noc_async_read_tile(mt * Kt + kt, a, get_write_ptr(cb_a));
-            cb_reserve_back(cb_b, 1);
-            noc_async_read_tile(kt * Nt + nt, b, get_write_ptr(cb_b));
-            noc_async_read_barrier();
-            cb_push_back(cb_a, 1);
-            cb_push_back(cb_b, 1);
-        }
-    }
-}
-"""
-
-MATMUL_CPP = r"""
-#include <cstdint>
-#include "compute_kernel_api/matmul.h"
-
-namespace NAMESPACE {
-void MAIN {
-    const uint32_t count = get_arg_val<uint32_t>(0);
-    const uint32_t Kt = get_arg_val<uint32_t>(1);
-    constexpr auto cb_a = tt::CBIndex::c_0;
-    constexpr auto cb_b = tt::CBIndex::c_1;
-    constexpr auto cb_out = tt::CBIndex::c_16;
-
-    mm_init(cb_a, cb_b, cb_out);
-    for (uint32_t t = 0; t < count; ++t) {
-        tile_regs_acquire();
-        for (uint32_t kt = 0; kt < Kt; ++kt) {
-            cb_wait_front(cb_a, 1);
-            cb_wait_front(cb_b, 1);
-            matmul_tiles(cb_a, cb_b, 0, 0, 0);
-            cb_pop_front(cb_a, 1);
-            cb_pop_front(cb_b, 1);
-        }
-        tile_regs_commit();
-
-        cb_reserve_back(cb_out, 1);
-        tile_regs_wait();
-        pack_tile(0, cb_out);
-        tile_regs_release();
-        cb_push_back(cb_out, 1);
-    }
-}
-}  // namespace NAMESPACE
-"""
-
-DM_STUB_CPP = '#include "dataflow_api.h"\nvoid kernel_main() {}\n'
-COMPUTE_STUB_CPP = "namespace NAMESPACE {\nvoid MAIN {}\n}  // namespace NAMESPACE\n"
+KERNELS = Path(__file__).parent / "kernels"  # the test programs' kernels, one .cpp file each
+READER_BINARY_CPP = KERNELS / "reader_binary.cpp"
+READER_UNARY_CPP = KERNELS / "reader_unary.cpp"
+WRITER_CPP = KERNELS / "writer.cpp"
+ADD_CPP = KERNELS / "add.cpp"
+EXP_CPP = KERNELS / "exp.cpp"
+MATMUL_READER_CPP = KERNELS / "matmul_reader.cpp"
+MATMUL_CPP = KERNELS / "matmul.cpp"
+DM_STUB_CPP = KERNELS / "dm_stub.cpp"
+COMPUTE_STUB_CPP = KERNELS / "compute_stub.cpp"
 
 
 # ---------------------------------------------------------------------------------------- the Python twins

@@ -50,6 +50,7 @@ from kohakutt.hal.program import CircularBuffer, Kernel, Program, Work, split_wo
 from kohakutt.ir.defs.conv import CONV_ATTRS, ConvGeometry, conv_geometry
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Fidelity
+from kohakutt.kernels.programs import SOURCE_DIR
 from kohakutt.kernels.programs.fused import worker_cores
 
 DST_TILES = 4  # an fp32 DST in half-sync mode: the output tiles one block accumulates at once
@@ -248,385 +249,7 @@ def weight_matrix(w: np.ndarray, s: ConvShape) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------------- the C++
-def _with_common(source: str) -> str:
-    """The kernel source with its ``// @COMMON_CPP`` line replaced by the shared compile-time arguments."""
-    return source.replace("// @COMMON_CPP\n", COMMON_CPP.lstrip("\n"))
-
-
-COMMON_CPP = r"""
-constexpr uint32_t TILE = 32;
-constexpr uint32_t DST_TILES = 4;
-constexpr uint32_t N = get_compile_time_arg_val(0);
-constexpr uint32_t C = get_compile_time_arg_val(1);
-constexpr int32_t H = get_compile_time_arg_val(2);
-constexpr int32_t W = get_compile_time_arg_val(3);
-constexpr uint32_t K = get_compile_time_arg_val(4);
-constexpr uint32_t G = get_compile_time_arg_val(5);
-constexpr uint32_t KH = get_compile_time_arg_val(6);
-constexpr uint32_t KW = get_compile_time_arg_val(7);
-constexpr int32_t SH = get_compile_time_arg_val(8);
-constexpr int32_t SW = get_compile_time_arg_val(9);
-constexpr int32_t PT = get_compile_time_arg_val(10);
-constexpr int32_t PL = get_compile_time_arg_val(11);
-constexpr int32_t DH = get_compile_time_arg_val(12);
-constexpr int32_t DW = get_compile_time_arg_val(13);
-constexpr uint32_t OH = get_compile_time_arg_val(14);
-constexpr uint32_t OW = get_compile_time_arg_val(15);
-constexpr bool CHANNELS_LAST = get_compile_time_arg_val(16) == 1;
-constexpr bool FP32_ACC = get_compile_time_arg_val(17) == 1;
-constexpr bool HAS_BIAS = get_compile_time_arg_val(18) == 1;
-constexpr bool OUT_BF16 = get_compile_time_arg_val(19) == 1;
-constexpr bool W_RESIDENT = get_compile_time_arg_val(20) == 1;
-constexpr uint32_t CG = C / G, KG = K / G;
-constexpr uint32_t KRT = (KW * CG + TILE - 1) / TILE;  // K tiles per kernel row
-constexpr uint32_t NT = (KG + TILE - 1) / TILE;        // output tiles per group
-constexpr uint32_t NB = NT < DST_TILES ? NT : DST_TILES;
-constexpr uint32_t M = N * OH * OW;
-constexpr uint32_t MT = (M + TILE - 1) / TILE;
-constexpr uint32_t W_TILES = KH * KRT * NT;  // weight tiles per group
-
-inline uint32_t face_index(uint32_t r, uint32_t c) {
-    return ((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15);
-}
-"""
-
-READER_CPP = _with_common(r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// @COMMON_CPP
-
-constexpr uint32_t cb_act_rm = tt::CBIndex::c_0, cb_w = tt::CBIndex::c_2;
-constexpr uint32_t cb_bias = tt::CBIndex::c_3, cb_span = tt::CBIndex::c_4;
-
-inline void fill_zero(uint32_t l1, uint32_t bytes) {
-    volatile tt_l1_ptr uint32_t* p = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(l1);
-    for (uint32_t i = 0; i < bytes / 4; ++i) p[i] = 0;
-}
-
-// A bf16 DST takes its sources as bfloat16: float32 pages are truncated in L1 (a no-op for 16-bit pages).
-inline void truncate_fp32(uint32_t cb, uint32_t l1, uint32_t pages) {
-    if (FP32_ACC || get_tile_size(cb) != 4096) return;
-    volatile tt_l1_ptr uint32_t* p = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(l1);
-    for (uint32_t i = 0; i < pages * 1024; ++i) p[i] &= 0xFFFF0000u;
-}
-
-// Kernel row r of the im2col block of M tile mt, group g: row i = pixel mt * 32 + i, column kw_i * CG + c.
-template <typename T>
-inline void gather(const InterleavedAddrGen<true>& x, uint32_t g, uint32_t mt, uint32_t r, uint32_t l1) {
-    constexpr uint32_t item = sizeof(T);
-    const uint32_t m_end = (mt + 1) * TILE < M ? (mt + 1) * TILE : M;
-    uint32_t m = mt * TILE;
-    while (m < m_end) {  // runs of pixels on one output row
-        const uint32_t n = m / (OH * OW), oh = (m / OW) % OH, ow0 = m % OW;
-        const uint32_t len = (OW - ow0) < (m_end - m) ? (OW - ow0) : (m_end - m);
-        const uint32_t i0 = m - mt * TILE;
-        const int32_t ih = int32_t(oh) * SH - PT + int32_t(r) * DH;
-        if (ih >= 0 && ih < H) {
-            if constexpr (CHANNELS_LAST) {
-                for (uint32_t j = 0; j < len; ++j) {
-                    for (uint32_t q = 0; q < KW; ++q) {
-                        const int32_t iw = int32_t(ow0 + j) * SW - PL + int32_t(q) * DW;
-                        if (iw < 0 || iw >= W) continue;
-                        const uint32_t stick = (n * H + ih) * W + iw;
-                        noc_async_read(get_noc_addr(stick, x, g * CG * item),
-                                       l1 + ((i0 + j) * KRT * TILE + q * CG) * item, CG * item);
-                    }
-                }
-            } else {
-                const int32_t lo_w = int32_t(ow0) * SW - PL, hi_w = int32_t(ow0 + len - 1) * SW - PL + (KW - 1) * DW;
-                const int32_t a = lo_w < 0 ? 0 : lo_w, b = hi_w >= W ? W - 1 : hi_w;
-                if (a > b) { m += len; continue; }
-                const uint32_t span = get_write_ptr(cb_span);
-                volatile tt_l1_ptr T* vals = reinterpret_cast<volatile tt_l1_ptr T*>(span);
-                volatile tt_l1_ptr T* block = reinterpret_cast<volatile tt_l1_ptr T*>(l1);
-                for (uint32_t c = 0; c < CG; ++c) {
-                    const uint32_t row = ((n * C + g * CG + c) * H + ih);
-                    noc_async_read(get_noc_addr(row, x, a * item), span, (b - a + 1) * item);
-                    noc_async_read_barrier();
-                    for (uint32_t j = 0; j < len; ++j) {
-                        for (uint32_t q = 0; q < KW; ++q) {
-                            const int32_t iw = int32_t(ow0 + j) * SW - PL + int32_t(q) * DW;
-                            if (iw < a || iw > b) continue;
-                            block[(i0 + j) * KRT * TILE + q * CG + c] = vals[iw - a];
-                        }
-                    }
-                }
-            }
-        }
-        m += len;
-    }
-}
-
-// For units [start, start + count) of (group, M tile): the KH im2col blocks (row-major, KRT pages each) into CB 0,
-// then per block of NB output tiles the weight tiles (kernel row, K tile) into CB 2 and the bias tiles into CB 3.
-void kernel_main() {
-    const uint32_t x_addr = get_arg_val<uint32_t>(0);
-    const uint32_t w_addr = get_arg_val<uint32_t>(1);
-    const uint32_t bias_addr = get_arg_val<uint32_t>(2);
-    const uint32_t start = get_arg_val<uint32_t>(3);
-    const uint32_t count = get_arg_val<uint32_t>(4);
-    const uint32_t x_item = get_tile_size(cb_act_rm) / (TILE * TILE);
-    const uint32_t bias_item = HAS_BIAS ? get_tile_size(cb_bias) / (TILE * TILE) : 0;
-    const InterleavedAddrGen<true> x = {
-        .bank_base_address = x_addr, .page_size = (CHANNELS_LAST ? C : uint32_t(W)) * x_item};
-    const InterleavedAddrGenFast<true> w = {
-        .bank_base_address = w_addr, .page_size = get_tile_size(cb_w), .data_format = get_dataformat(cb_w)};
-    const InterleavedAddrGen<true> bias = {.bank_base_address = bias_addr, .page_size = K * bias_item};
-    if constexpr (!CHANNELS_LAST) cb_reserve_back(cb_span, 1);  // scratch for one input row, never pushed
-
-    for (uint32_t u = start; u < start + count; ++u) {
-        const uint32_t g = u / MT, mt = u % MT;
-        const bool new_group = u == start || mt == 0;
-        for (uint32_t r = 0; r < KH; ++r) {
-            cb_reserve_back(cb_act_rm, KRT);
-            const uint32_t l1 = get_write_ptr(cb_act_rm);
-            fill_zero(l1, KRT * get_tile_size(cb_act_rm));
-            if (x_item == 4) gather<uint32_t>(x, g, mt, r, l1); else gather<uint16_t>(x, g, mt, r, l1);
-            noc_async_read_barrier();
-            truncate_fp32(cb_act_rm, l1, KRT);
-            cb_push_back(cb_act_rm, KRT);
-        }
-        if (W_RESIDENT && new_group) {  // after the unit's blocks: compute frees the last group's weights first
-            cb_reserve_back(cb_w, W_TILES);
-            const uint32_t l1 = get_write_ptr(cb_w);
-            for (uint32_t i = 0; i < W_TILES; ++i) {
-                noc_async_read_tile(g * W_TILES + i, w, l1 + i * get_tile_size(cb_w));
-            }
-            noc_async_read_barrier();
-            truncate_fp32(cb_w, l1, W_TILES);
-            cb_push_back(cb_w, W_TILES);
-        }
-        for (uint32_t t0 = 0; t0 < NT; t0 += NB) {
-            const uint32_t nbw = (NT - t0) < NB ? (NT - t0) : NB;
-            for (uint32_t r = 0; r < KH && !W_RESIDENT; ++r) {
-                for (uint32_t kt = 0; kt < KRT; ++kt) {
-                    cb_reserve_back(cb_w, NB);  // whole blocks, so the ring never wraps inside one
-                    const uint32_t l1 = get_write_ptr(cb_w);
-                    for (uint32_t j = 0; j < nbw; ++j) {
-                        noc_async_read_tile(((g * KH + r) * KRT + kt) * NT + t0 + j, w, l1 + j * get_tile_size(cb_w));
-                    }
-                    noc_async_read_barrier();
-                    truncate_fp32(cb_w, l1, nbw);
-                    cb_push_back(cb_w, NB);
-                }
-            }
-            if constexpr (HAS_BIAS) {
-                cb_reserve_back(cb_bias, NB);
-                for (uint32_t j = 0; j < nbw; ++j) {
-                    const uint32_t l1 = get_write_ptr(cb_bias) + j * get_tile_size(cb_bias);
-                    fill_zero(l1, get_tile_size(cb_bias));
-                    const uint32_t ch0 = (t0 + j) * TILE, valid = (KG - ch0) < TILE ? (KG - ch0) : TILE;
-                    for (uint32_t half = 0; half * 16 < valid; ++half) {  // row 0 of face 0, then of face 1
-                        const uint32_t n = (valid - half * 16) < 16 ? (valid - half * 16) : 16;
-                        noc_async_read(get_noc_addr(0, bias, (g * KG + ch0 + half * 16) * bias_item),
-                                       l1 + half * 256 * bias_item, n * bias_item);
-                    }
-                    noc_async_read_barrier();
-                    for (uint32_t face = 0; face < 4; ++face) {  // row 0 copied down the tile
-                        for (uint32_t rr = (face < 2 ? 1 : 0); rr < 16; ++rr) {
-                            for (uint32_t cc = 0; cc < 16; ++cc) {
-                                if (bias_item == 4) {
-                                    volatile tt_l1_ptr uint32_t* p = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(l1);
-                                    p[face * 256 + rr * 16 + cc] = p[(face & 1) * 256 + cc];
-                                } else {
-                                    volatile tt_l1_ptr uint16_t* p = reinterpret_cast<volatile tt_l1_ptr uint16_t*>(l1);
-                                    p[face * 256 + rr * 16 + cc] = p[(face & 1) * 256 + cc];
-                                }
-                            }
-                        }
-                    }
-                    truncate_fp32(cb_bias, l1, 1);
-                }
-                cb_push_back(cb_bias, NB);
-            }
-        }
-    }
-}
-""")
-
-COMPUTE_CPP = _with_common(r"""
-#include <cstdint>
-#include "compute_kernel_api/matmul.h"
-#include "compute_kernel_api/tilize.h"
-#include "compute_kernel_api/tile_move_copy.h"
-#include "compute_kernel_api/eltwise_binary.h"
-
-namespace NAMESPACE {
-// @COMMON_CPP
-
-constexpr uint32_t cb_act_rm = tt::CBIndex::c_0, cb_act = tt::CBIndex::c_1, cb_w = tt::CBIndex::c_2;
-constexpr uint32_t cb_bias = tt::CBIndex::c_3, cb_out = tt::CBIndex::c_16;
-constexpr uint32_t cb_acc = tt::CBIndex::c_24, cb_interim = tt::CBIndex::c_25;
-
-// Commit DST and pack its first n tiles into n reserved pages of cb.
-inline void pack_block(uint32_t cb, uint32_t n) {
-    tile_regs_commit();
-    cb_reserve_back(cb, n);
-    tile_regs_wait();
-    pack_reconfig_data_format(cb);
-    for (uint32_t j = 0; j < n; ++j) pack_tile<true>(j, cb, j);
-    tile_regs_release();
-    cb_push_back(cb, n);
-}
-
-// DST[j] += sum over the K tiles of kernel rows [r0, r1) of act tile x weight tile (t0 + j).
-inline void accumulate(uint32_t r0, uint32_t r1, uint32_t t0, uint32_t nbw) {
-    reconfig_data_format(cb_w, cb_act);
-    mm_init_short(cb_act, cb_w);
-    for (uint32_t r = r0; r < r1; ++r) {
-        for (uint32_t kt = 0; kt < KRT; ++kt) {
-            const uint32_t a = r * KRT + kt;
-            if constexpr (W_RESIDENT) {
-                for (uint32_t j = 0; j < nbw; ++j) matmul_tiles(cb_act, cb_w, a, a * NT + t0 + j, j, false);
-            } else {
-                cb_wait_front(cb_w, NB);
-                for (uint32_t j = 0; j < nbw; ++j) matmul_tiles(cb_act, cb_w, a, j, j, false);
-                cb_pop_front(cb_w, NB);
-            }
-        }
-    }
-}
-
-// dst = src + bias (with_bias) or src, one FPU op per tile into DST, packed to dst.
-inline void finish(uint32_t src, uint32_t dst, uint32_t nbw, bool with_bias) {
-    cb_wait_front(src, nbw);
-    tile_regs_acquire();
-    if (with_bias) {
-        cb_wait_front(cb_bias, NB);
-        reconfig_data_format(src, cb_bias);
-        add_tiles_init(src, cb_bias);
-        for (uint32_t j = 0; j < nbw; ++j) add_tiles(src, cb_bias, j, j, j);
-        cb_pop_front(cb_bias, NB);
-    } else {
-        reconfig_data_format_srca(src);
-        copy_tile_to_dst_init_short(src);
-        for (uint32_t j = 0; j < nbw; ++j) copy_tile(src, j, j);
-    }
-    cb_pop_front(src, nbw);
-    pack_block(dst, nbw);
-}
-
-void MAIN {
-    const uint32_t start = get_arg_val<uint32_t>(0);
-    const uint32_t count = get_arg_val<uint32_t>(1);
-    compute_kernel_hw_startup(cb_act, cb_w, cb_out);
-    mm_init(cb_act, cb_w, cb_out);
-    for (uint32_t u = start; u < start + count; ++u) {
-        for (uint32_t r = 0; r < KH; ++r) {  // the unit's im2col blocks to tiles, resident for the unit
-            cb_wait_front(cb_act_rm, KRT);
-            cb_reserve_back(cb_act, KRT);
-            tilize_init(cb_act_rm, KRT, cb_act);
-            tilize_block(cb_act_rm, KRT, cb_act);
-            tilize_uninit(cb_act_rm, cb_act);
-            cb_push_back(cb_act, KRT);
-            cb_pop_front(cb_act_rm, KRT);
-        }
-        cb_wait_front(cb_act, KH * KRT);
-        if (W_RESIDENT) cb_wait_front(cb_w, W_TILES);
-        for (uint32_t t0 = 0; t0 < NT; t0 += NB) {
-            const uint32_t nbw = (NT - t0) < NB ? (NT - t0) : NB;
-            if constexpr (FP32_ACC) {  // one fp32 DST over the whole window
-                tile_regs_acquire();
-                accumulate(0, KH, t0, nbw);
-                if (HAS_BIAS) {
-                    pack_block(cb_interim, nbw);
-                    finish(cb_interim, cb_out, nbw, true);
-                } else {
-                    pack_block(cb_out, nbw);
-                }
-            } else {  // the running sum rounded to bfloat16 after every kernel row
-                for (uint32_t r = 0; r < KH; ++r) {
-                    tile_regs_acquire();
-                    if (r > 0) {
-                        cb_wait_front(cb_acc, nbw);
-                        reconfig_data_format_srca(cb_acc);
-                        copy_tile_to_dst_init_short(cb_acc);
-                        for (uint32_t j = 0; j < nbw; ++j) copy_tile(cb_acc, j, j);
-                        cb_pop_front(cb_acc, nbw);
-                    }
-                    accumulate(r, r + 1, t0, nbw);
-                    pack_block(r == KH - 1 && OUT_BF16 && !HAS_BIAS ? cb_out : cb_acc, nbw);
-                }
-                if (HAS_BIAS) finish(cb_acc, OUT_BF16 ? cb_out : cb_acc, nbw, true);  // the sum rounded to bf16
-                if (!OUT_BF16) finish(cb_acc, cb_out, nbw, false);  // bf16 values into the output format
-            }
-        }
-        cb_pop_front(cb_act, KH * KRT);
-        if (W_RESIDENT && (u + 1 == start + count || (u + 1) % MT == 0)) cb_pop_front(cb_w, W_TILES);
-    }
-}
-}  // namespace NAMESPACE
-""")
-
-WRITER_CPP = _with_common(r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// @COMMON_CPP
-
-constexpr uint32_t cb_out = tt::CBIndex::c_16, cb_stage = tt::CBIndex::c_26;
-
-// Each output tile (32 pixels x 32 channels of group g, face order) is rearranged into rows in the staging page
-// (channels-last: one row per pixel; channels-first: one row per channel), then written to the row-major output.
-template <typename T>
-inline void write_tile(const InterleavedAddrGen<true>& out, uint32_t g, uint32_t mt, uint32_t t, uint32_t src,
-                       uint32_t stage) {
-    constexpr uint32_t item = sizeof(T);
-    volatile tt_l1_ptr T* tile = reinterpret_cast<volatile tt_l1_ptr T*>(src);
-    volatile tt_l1_ptr T* rows = reinterpret_cast<volatile tt_l1_ptr T*>(stage);
-    for (uint32_t i = 0; i < TILE; ++i) {
-        for (uint32_t j = 0; j < TILE; ++j) {
-            rows[CHANNELS_LAST ? i * TILE + j : j * TILE + i] = tile[face_index(i, j)];
-        }
-    }
-    const uint32_t ch0 = t * TILE, valid = (KG - ch0) < TILE ? (KG - ch0) : TILE;
-    const uint32_t m_end = (mt + 1) * TILE < M ? (mt + 1) * TILE : M;
-    uint32_t m = mt * TILE;
-    while (m < m_end) {
-        const uint32_t n = m / (OH * OW), oh = (m / OW) % OH, ow0 = m % OW;
-        const uint32_t len = (OW - ow0) < (m_end - m) ? (OW - ow0) : (m_end - m);
-        const uint32_t i0 = m - mt * TILE;
-        if constexpr (CHANNELS_LAST) {
-            for (uint32_t j = 0; j < len; ++j) {
-                noc_async_write(stage + (i0 + j) * TILE * item, get_noc_addr(m + j, out, (g * KG + ch0) * item),
-                                valid * item);
-            }
-        } else {
-            for (uint32_t j = 0; j < valid; ++j) {
-                const uint32_t row = (n * K + g * KG + ch0 + j) * OH + oh;
-                noc_async_write(stage + (j * TILE + i0) * item, get_noc_addr(row, out, ow0 * item), len * item);
-            }
-        }
-        m += len;
-    }
-    noc_async_writes_flushed();  // the staging page is reused for the next tile
-}
-
-void kernel_main() {
-    const uint32_t out_addr = get_arg_val<uint32_t>(0);
-    const uint32_t start = get_arg_val<uint32_t>(1);
-    const uint32_t count = get_arg_val<uint32_t>(2);
-    const uint32_t item = get_tile_size(cb_out) / (TILE * TILE);
-    const InterleavedAddrGen<true> out = {
-        .bank_base_address = out_addr, .page_size = (CHANNELS_LAST ? K : OW) * item};
-    cb_reserve_back(cb_stage, 1);  // scratch, never pushed
-    const uint32_t stage = get_write_ptr(cb_stage);
-    for (uint32_t u = start; u < start + count; ++u) {
-        const uint32_t g = u / MT, mt = u % MT;
-        for (uint32_t t = 0; t < NT; ++t) {
-            cb_wait_front(cb_out, 1);
-            if (item == 4) {
-                write_tile<uint32_t>(out, g, mt, t, get_read_ptr(cb_out), stage);
-            } else {
-                write_tile<uint16_t>(out, g, mt, t, get_read_ptr(cb_out), stage);
-            }
-            cb_pop_front(cb_out, 1);
-        }
-    }
-    noc_async_write_barrier();
-}
-""")
+SOURCES = SOURCE_DIR / "conv2d"  # reader.cpp, compute.cpp, writer.cpp (+ common.h)
 
 
 # ---------------------------------------------------------------------------------------- simulator twins
@@ -680,7 +303,7 @@ def _gather(k: Any, s: ConvShape, x: Any, g: int, mt: int, r: int, l1: int, fmt:
 
 
 def _bias_tile(k: Any, s: ConvShape, bias: Any, g: int, t: int, l1: int) -> None:
-    """Twin of the bias part of READER_CPP: the group's channels of output tile t in row 0, copied down the tile."""
+    """Twin of the bias part of reader.cpp: the group's channels of output tile t in row 0, copied down the tile."""
     fmt = k.get_dataformat(CB_BIAS)
     item, size = fmt.itemsize, k.get_tile_size(CB_BIAS)
     k.l1_write(l1, np.zeros(size, np.uint8))
@@ -699,7 +322,7 @@ def _bias_tile(k: Any, s: ConvShape, bias: Any, g: int, t: int, l1: int) -> None
 
 
 def reader(k: Any) -> None:
-    """Twin of READER_CPP."""
+    """Twin of reader.cpp."""
     s = ConvShape.of_kernel(k)
     start, count = k.get_arg_val(3), k.get_arg_val(4)
     x, w = k.tensor_accessor("x"), k.tensor_accessor("weights")
@@ -790,7 +413,7 @@ def _finish(c: Any, s: ConvShape, src: int, dst: int, nbw: int, bias: bool) -> N
 
 
 def compute(c: Any) -> None:
-    """Twin of COMPUTE_CPP."""
+    """Twin of compute.cpp."""
     s = ConvShape.of_kernel(c)
     start, count = c.get_arg_val(0), c.get_arg_val(1)
     c.compute_kernel_hw_startup(CB_ACT, CB_W, CB_OUT)
@@ -835,7 +458,7 @@ def compute(c: Any) -> None:
 
 
 def writer(k: Any) -> None:
-    """Twin of WRITER_CPP."""
+    """Twin of writer.cpp."""
     s = ConvShape.of_kernel(k)
     start, count = k.get_arg_val(1), k.get_arg_val(2)
     out = k.tensor_accessor("out")
@@ -917,12 +540,12 @@ def conv_program(spec: ConvSpec, max_cores: int | None = None) -> Program:
     extra = (1 if s.has_bias else 0) + (0 if s.fp32_acc else (s.kh - 1) + (0 if s.out_bf16 else 1))
     work = Work(dram_bytes=dram, matmul_tiles=out_tiles * k_tiles,
                 fpu_tiles=s.units * k_tiles + out_tiles * extra)  # fmt: skip
-    compute_kernel = Kernel("compute", COMPUTE_CPP, cores, compute, compile_time_args=ct,
+    compute_kernel = Kernel("compute", SOURCES / "compute.cpp", cores, compute, compile_time_args=ct,
                             math_fidelity=spec.fidelity.name, fp32_dest_acc_en=True, math_approx_mode=False)
     return Program(
         "ktt_conv2d",
-        [Kernel("reader", READER_CPP, cores, reader, compile_time_args=ct), compute_kernel,
-         Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=ct)],
+        [Kernel("reader", SOURCES / "reader.cpp", cores, reader, compile_time_args=ct), compute_kernel,
+         Kernel("writer", SOURCES / "writer.cpp", cores, writer, compile_time_args=ct)],
         cbs, runtime_args=runtime_args, tensors=tensors, work=work,
     )  # fmt: skip
 
@@ -964,5 +587,5 @@ def run_conv_program(device: Any, x: np.ndarray, w: np.ndarray, bias: np.ndarray
             device.free(b)
 
 
-__all__ = ["COMPUTE_CPP", "READER_CPP", "WRITER_CPP", "ConvShape", "ConvSpec", "conv_program", "conv_spec",
+__all__ = ["SOURCES", "ConvShape", "ConvSpec", "conv_program", "conv_spec",
            "run_conv_program", "weight_matrix"]  # fmt: skip

@@ -1,0 +1,3 @@
+namespace NAMESPACE {
+void MAIN {}
+}  // namespace NAMESPACE

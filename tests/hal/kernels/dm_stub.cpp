@@ -1,0 +1,2 @@
+#include "dataflow_api.h"
+void kernel_main() {}
