@@ -141,7 +141,8 @@ class KernelSpec:
     source: str
     kind: str
     name: str = "kernel"
-    path: str | None = None  # the .cpp the source came from, for the compiler's messages
+    path: str | None = None  # the .cpp the source came from: its folder is searched for "..." includes
+    local_headers: tuple[tuple[str, str], ...] = ()  # (name, text) of the headers in that folder
     defines: tuple[tuple[str, str], ...] = ()
     compile_time_args: tuple[int, ...] = ()
     named_compile_time_args: tuple[tuple[str, int], ...] = ()
@@ -151,7 +152,7 @@ class KernelSpec:
 
     def key(self) -> str:
         h = hashlib.sha256(sim_key().encode())
-        h.update(repr((self.source, self.kind, self.path, self.defines, self.compile_time_args,
+        h.update(repr((self.source, self.kind, self.path, self.local_headers, self.defines, self.compile_time_args,
                        self.named_compile_time_args, self.math_fidelity, self.fp32_dest_acc_en,
                        self.math_approx_mode)).encode())  # fmt: skip
         return h.hexdigest()[:24]
@@ -159,13 +160,18 @@ class KernelSpec:
 
 def spec_of(kernel: Any, program: str = "") -> KernelSpec:
     """The build spec of a ``kohakutt.hal.program.Kernel``."""
-    path = getattr(kernel, "source_path", None)
+    path = getattr(kernel, "path", None)
     named = getattr(kernel, "named_compile_time_args", None) or {}
+    headers = ()
+    if path is not None:
+        folder = Path(path).parent
+        headers = tuple((h.name, h.read_text()) for h in sorted([*folder.glob("*.h"), *folder.glob("*.hpp")]))
     return KernelSpec(
         source=kernel.source,
         kind=kernel.kind,
         name=f"{program}/{kernel.name}" if program else kernel.name,
         path=str(path) if path else None,
+        local_headers=headers,
         defines=tuple(sorted((str(k), str(v)) for k, v in kernel.defines.items())),
         compile_time_args=tuple(int(a) for a in kernel.compile_time_args),
         named_compile_time_args=tuple(sorted((str(k), int(v)) for k, v in named.items())),
@@ -184,7 +190,8 @@ def _wrapper(spec: KernelSpec) -> str:
 
 
 def _command_defines(spec: KernelSpec) -> list[str]:
-    out = [f"-D{d}" for d in KIND_DEFINES[spec.kind]]
+    out = [f"-iquote{Path(spec.path).parent}"] if spec.path else []
+    out += [f"-D{d}" for d in KIND_DEFINES[spec.kind]]
     out += [f"-D{k}={v}" if v != "" else f"-D{k}" for k, v in spec.defines]
     if spec.compile_time_args:
         out.append("-DKERNEL_COMPILE_TIME_ARGS=" + ",".join(str(a) for a in spec.compile_time_args))

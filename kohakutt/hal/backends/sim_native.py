@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kohakutt.hal.backends import sim_program
 from kohakutt.errors import ProgramError
 from kohakutt.hal import host_build
+from kohakutt.hal.backends import sim_program
 from kohakutt.hal.card import P150A, CardSpec
 from kohakutt.hal.layout import Format, MemoryKind
 from kohakutt.hal.program import MAX_RUNTIME_ARGS, Program

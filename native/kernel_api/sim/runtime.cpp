@@ -469,13 +469,17 @@ uint8_t *bank_span(Kernel &k, bool dram, uint32_t bank, uint32_t addr, uint32_t 
             error(call, fmt("%s bank %u address %#x is page %" PRIu64 " of the buffer at %#" PRIx64 ", which has %s",
                             dram ? "DRAM" : "L1", bank, addr, page, d.address, plural(b.num_pages, "page").c_str()),
                   at);
-        if (within + size > d.page_size)
+        // A page's bank slot is page_stride bytes (the page rounded up to the bank's alignment): a transfer may
+        // cover the padding after the page (zeros here; writes to it are dropped), never the next slot.
+        if (within + size > d.page_stride)
             error(call, fmt("%u B at byte %" PRIu64 " of page %" PRIu64 " of the buffer at %#" PRIx64 " runs past the "
-                            "page (%u B); pages of an interleaved buffer are not contiguous",
-                            size, within, page, d.address, d.page_size),
+                            "page's bank slot (%u B page, %u B slot); pages of an interleaved buffer are not "
+                            "contiguous",
+                            size, within, page, d.address, d.page_size, d.page_stride),
                   at);
         const uint64_t start = page * d.page_size + within;
-        avail = start >= d.nbytes ? 0 : std::min<uint64_t>(size, d.nbytes - start);
+        const uint64_t in_page = within >= d.page_size ? 0 : std::min<uint64_t>(size, d.page_size - within);
+        avail = start >= d.nbytes ? 0 : std::min<uint64_t>(in_page, d.nbytes - start);
         return static_cast<uint8_t *>(d.data) + start;
     }
     error(call, fmt("%s bank %u address %#x is in no buffer the program runs over", dram ? "DRAM" : "L1", bank, addr),
