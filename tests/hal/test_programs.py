@@ -611,8 +611,8 @@ def _second_reader(p):
 
 def _off_grid(p):
     return _with(
-        p, kernels=[dataclasses.replace(p.kernels[0], core_ranges=CoreRangeSet.of(CoreRange((9, 0), (11, 0))))]
-    )
+        p, kernels=[dataclasses.replace(p.kernels[0], core_ranges=CoreRangeSet.of(CoreRange((11, 0), (13, 0))))],
+        runtime_args=None)
 
 
 def _no_main(p):
@@ -621,7 +621,11 @@ def _no_main(p):
 
 
 def _cb_index(p):
-    return _with(p, cbs=[*p.cbs, CircularBuffer(32, "bfloat16", 2048, 1, (0, 0))])
+    return _with(p, cbs=[*p.cbs, CircularBuffer(64, "bfloat16", 2048, 1, (0, 0))])
+
+
+def _bfp8_page(p):
+    return _with(p, cbs=[*p.cbs[:2], CircularBuffer(CB_OUT, "bfloat8_b", 2048, 2, CoreRange((0, 0), (3, 0)))])
 
 
 def _too_many_args(p):
@@ -640,9 +644,10 @@ def _args_for_foreign_core(p):
     (_big_cb, r"circular buffers on core \(0, 0\) need 1,646,592 B of L1 .* more than the 1,499,136 B usable"),
     (_dup_cb, r"CB 0 is defined 2 times on core \(1, 0\); a CB index is unique per core"),
     (_second_reader, r"core \(2, 0\) has two reader kernels \('reader' and 'reader2'\)"),
-    (_off_grid, r"covers cores \(9,0\)-\(11,0\), outside the 11 x 10 worker grid"),
+    (_off_grid, r"covers cores \(11,0\)-\(13,0\), outside the 13 x 10 worker grid"),
     (_no_main, r"compute kernel 'compute' has no entry point"),
-    (_cb_index, r"CB 32: CB indices are 0..31"),
+    (_cb_index, r"CB 64: CB indices are 0..63"),
+    (_bfp8_page, r"CB 16 holds bfloat8_b in 2048 B pages; a bfloat8_b page is whole tiles of 1088 B"),
     (_too_many_args, r"reader on core \(0, 0\) has 342 runtime args, more than Metalium's 341"),
     (_negative_arg, r"runtime arg 0 of writer on core \(0, 0\) is -1, not a uint32"),
     (_args_for_foreign_core, r"runtime args for writer on core \(7, 7\), which the kernel does not run on"),
@@ -667,7 +672,7 @@ def test_cbs_share_l1_with_l1_buffers(dev):
     prog = Program("big", [Kernel("reader", DM_STUB_CPP, core, lambda k: None)],
                    [CircularBuffer(0, "bfloat16", 2048, 600, core)])  # fmt: skip
     dev.run_program(prog, [])  # 1.2 MB of CBs fit an empty L1
-    l1 = dev.allocate(shape=(32 * 140, 32 * 110), fmt="bfloat16", layout="tile", kind="l1")  # 140 tiles a core
+    l1 = dev.allocate(shape=(32 * 140, 32 * 130), fmt="bfloat16", layout="tile", kind="l1")  # 140 tiles a core
     with pytest.raises(ProgramError, match=r"more than the 1,212,416 B usable .*less 286,720 B of L1 buffers"):
         dev.run_program(prog, [l1])
     dev.free(l1)

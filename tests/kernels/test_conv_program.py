@@ -29,6 +29,14 @@ from kohakutt.ir.numerics import Fidelity, Numerics, numerics
 from kohakutt.ir.ops import TensorSpec
 from kohakutt.kernels.programs import conv as pc
 
+
+@pytest.fixture(autouse=True)
+def _twin_kernels(knobs):
+    """This program's kernels are not on TT-Metal 0.81.1's kernel API yet (issue 12 item 2), so the host build cannot
+    compile them: its program tests run the Python twins until the port lands."""
+    knobs(KTT_SIM_KERNELS="python")
+
+
 F32, BF16_ULP = 2.0**-24, 2.0**-7
 
 
@@ -157,7 +165,7 @@ def test_registered_kernel_is_the_program(dev):
     assert kinds["compute"].fp32_dest_acc_en and kinds["compute"].fidelity == "HiFi2"
     assert "tilize_block" in kinds["compute"].source and "matmul_tiles" in kinds["compute"].source
     assert "noc_async_read(" in kinds["reader"].source and "noc_async_write(" in kinds["writer"].source
-    assert len(prog.cores()) == 110  # 784 M tiles of work over the whole grid
+    assert len(prog.cores()) == 130  # 784 M tiles of work over the whole grid
     s = spec.shape
     bufs = [dev.allocate(shape=(8, 64, 56, 56), fmt="bfloat16"),
             dev.allocate(shape=(s.kh * s.krt * 32, s.nt * 32), fmt="bfloat16", layout="tile"),

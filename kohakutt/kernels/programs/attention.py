@@ -413,7 +413,7 @@ def flash_attention_program(q_shape: Sequence[int], k_shape: Sequence[int], v_sh
                             scale: float, causal: bool = False, offset: int = 0,
                             mask_shape: Sequence[int] | None = None, fidelity: Fidelity | str = Fidelity.HiFi4,
                             dtypes: Sequence[DType | str] = ("bfloat16",) * 3, out_dtype: DType | str | None = None,
-                            max_cores: int = 110) -> Program:  # fmt: skip
+                            max_cores: int = P150A.cores) -> Program:  # fmt: skip
     """The flash attention forward program for q (B, Hq, Sq, D), k (B, Hkv, Skv, D), v (B, Hkv, Skv, Dv).
 
     It runs over tile-layout buffers ``q, k, v[, mask], out, lse``: q / k / v in ``dtypes``; the mask (when
@@ -506,7 +506,7 @@ def flash_attention_program(q_shape: Sequence[int], k_shape: Sequence[int], v_sh
 def run_flash_program(device: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, *,
                       scale: float, causal: bool = False, offset: int = 0, fidelity: Fidelity | str = Fidelity.HiFi4,
                       dtypes: Sequence[DType | str] = ("bfloat16",) * 3, out_dtype: DType | str | None = None,
-                      max_cores: int = 110) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+                      max_cores: int = P150A.cores) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Run the program on ``device`` (through ``device.run_program``) over q / k / v (float arrays, uploaded in
     ``dtypes``) and an optional mask (bool, True = attend, or additive float) broadcastable to (B, Hq, Sq, Skv).
     Returns (out (B, Hq, Sq, Dv) float32 holding the output format's values, logsumexp (B, Hq, Sq) float32)."""
