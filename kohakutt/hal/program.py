@@ -399,12 +399,12 @@ class Program:
 
     def cb_addresses(self, card: CardSpec, core: CoreCoord) -> dict[int, int]:
         """Where each CB of ``core`` starts in L1: carved upward from the first byte past the firmware's region, each
-        at a DRAM-aligned address (``card.cb_align``), as TT-Metal places them."""
-        addr = align_up(card.l1_bytes - card.l1_usable, card.cb_align)
+        at the DRAM alignment (as TT-Metal places them, so a DRAM read can land at a CB's start)."""
+        addr = card.l1_bytes - card.l1_usable
         out = {}
         for cb in sorted(self.cbs_on(core), key=lambda c: c.index):
             out[cb.index] = addr
-            addr += align_up(cb.total_size, card.cb_align)
+            addr += align_up(cb.total_size, _cb_align(card))
         return out
 
     def resolve_runtime_args(self, buffers: Sequence[Buffer], runtime: Mapping[str, Any]
@@ -502,6 +502,12 @@ class Program:
                 problems.append(f"{what}: CB indices are 0..{card.num_cbs - 1}")
             if cb.page_size <= 0 or cb.num_pages <= 0:
                 problems.append(f"{what} has {cb.num_pages} pages of {cb.page_size} B; both must be positive")
+            elif cb.format.is_block and cb.page_size % cb.format.tile_bytes:
+                problems.append(f"{what} holds {cb.format.value} in {cb.page_size} B pages; a {cb.format.value} page "
+                                f"is whole tiles of {cb.format.tile_bytes} B")  # fmt: skip
+            elif not cb.format.is_block and cb.page_size % cb.format.itemsize:
+                problems.append(f"{what} holds {cb.format.value} in {cb.page_size} B pages, not a whole number of "
+                                f"{cb.format.itemsize}-byte values")  # fmt: skip
             self._check_grid(what, cb.cores, card, problems)
         l1_buffers = _l1_buffer_bytes_per_core(card, buffers)
         room = card.l1_usable - l1_buffers
@@ -516,7 +522,7 @@ class Program:
             if key in checked:
                 continue
             checked.add(key)
-            total = sum(align_up(cb.total_size, card.cb_align) for cb in on)
+            total = sum(align_up(cb.total_size, _cb_align(card)) for cb in on)
             if total > room:
                 parts = ", ".join(f"CB {cb.index}: {cb.num_pages} x {cb.page_size} B" for cb in on)
                 beside = f", less {l1_buffers:,} B of L1 buffers" if l1_buffers else ""
@@ -587,6 +593,10 @@ class Program:
                   + sfpu * SFPU_TILE_CYCLES)  # fmt: skip
         compute_s = cycles / compute_cores / card.clock_hz
         return PROGRAM_LAUNCH_NS + max(move_s, compute_s) * 1e9
+
+
+def _cb_align(card: CardSpec) -> int:
+    return max(card.l1_align, card.dram_read_align)
 
 
 def _l1_buffer_bytes_per_core(card: CardSpec, buffers: Sequence[Buffer]) -> int:

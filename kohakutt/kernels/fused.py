@@ -12,9 +12,10 @@ Two kernels per op on the simulator (the op docs in ``kohakutt/ir/defs/fused.py`
   the scope's fidelity, 16-bit DST by default, each product packed to an intermediate in its operand's format.
 - provider "ktt", Kohaku-TT's own programs (``kohakutt/kernels/programs/fused.py``) as a vectorized model of the same
   arithmetic: intermediates in DST or in circular buffers, fp32 unless the scope sets ``fp32_acc=False``; the SFPU
-  functions are the simulator's (``hal/backends/sim_compute.py``: erf-form gelu, tanh form in approximate mode; the
-  exact sigmoid), so the program and the model give the same bits. The programs are written for 16-bit data: a
-  float32 operand (or output) runs the ttnn model instead, since the FPU truncates float32 to TF32.
+  functions are the card's arithmetic core's (``hal/cardcore.py``: erf-form gelu, the tanh form for approximate
+  "tanh"; the exact sigmoid), which the program runs too, so the program and the model give the same bits. The
+  programs are written for 16-bit data: a float32 operand (or output) runs the ttnn model instead, since the FPU
+  truncates float32 to TF32.
 
 Real card: the ``@ttnn`` functions call the TT-NN ops named in :data:`TTNN_NAMES`: the chains above, and TT-NN's
 rotary programs where they apply (one cos / sin matrix; head_dim 32 or a multiple of 64 for the half form, a multiple
@@ -30,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
+from kohakutt.hal import cardcore
 from kohakutt.hal.card import CardSpec
 from kohakutt.ir.defs.fused import float_dtype
 from kohakutt.ir.dtypes import DType
@@ -274,20 +275,11 @@ def ttnn_rotary_backward(call: SimCall) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------ Kohaku-TT's own kernels
-_GELU_C = math.sqrt(2.0 / math.pi)
-
-
 def sim_sfpu(name: str, x: np.ndarray, approx: bool = False) -> np.ndarray:
-    """The simulator's SFPU functions (``sim_compute.SFPU_FUNCTIONS``) on DST values: float64 math, fp32 result."""
-    v = np.asarray(x, np.float64)
-    with np.errstate(all="ignore"):
-        if name == "sigmoid":
-            r = 1.0 / (1.0 + np.exp(-v))
-        elif approx:  # gelu, tanh form
-            r = 0.5 * v * (1.0 + np.tanh(_GELU_C * (v + 0.044715 * v**3)))
-        else:
-            r = 0.5 * v * (1.0 + torch.special.erf(torch.from_numpy(v / math.sqrt(2.0))).numpy())
-    return r.astype(np.float32)
+    """The SFPU functions the own programs run, on DST values (the card's arithmetic core, exact modes): sigmoid, and
+    gelu in its erf form or (``approx``: the program's GELU_TANH variant) its tanh form."""
+    op = "gelu_tanh" if name == "gelu" and approx else name
+    return cardcore.sfpu(op, x)
 
 
 def ktt_bias_gelu(call: SimCall) -> np.ndarray:

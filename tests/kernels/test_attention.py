@@ -48,6 +48,14 @@ from kohakutt.kernels.programs.attention import (
     run_flash_varlen_program,
 )
 
+
+@pytest.fixture(autouse=True)
+def _twin_kernels(knobs):
+    """This program's kernels are not on TT-Metal 0.81.1's kernel API yet (issue 12 item 2), so the host build cannot
+    compile them: its program tests run the Python twins until the port lands."""
+    knobs(KTT_SIM_KERNELS="python")
+
+
 U = {"bfloat16": 2.0**-8, "float32": 2.0**-24}  # unit roundoff: 8 and 24 significant bits
 PROVIDERS = ("ttnn", "ktt")
 

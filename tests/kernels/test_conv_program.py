@@ -29,6 +29,14 @@ from kohakutt.ir.numerics import Fidelity, Numerics, numerics
 from kohakutt.ir.ops import TensorSpec
 from kohakutt.kernels.programs import conv as pc
 
+
+@pytest.fixture(autouse=True)
+def _twin_kernels(knobs):
+    """This program's kernels are not on TT-Metal 0.81.1's kernel API yet (issue 12 item 2), so the host build cannot
+    compile them: its program tests run the Python twins until the port lands."""
+    knobs(KTT_SIM_KERNELS="python")
+
+
 F32, BF16_ULP = 2.0**-24, 2.0**-7
 
 

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kohakutt.hal.card import P150A, CardSpec
+
 if TYPE_CHECKING:
     from kohakutt.hal.buffer import Buffer
-    from kohakutt.hal.card import CardSpec
     from kohakutt.hal.program import Program
 
 
@@ -69,9 +70,8 @@ class Backend(ABC):
         """Run a reader / compute / writer program over ``buffers`` (inputs first, outputs last)."""
 
     def card(self) -> CardSpec:
-        """The card's figures, called once the chip is open: the P150A's, or what the chip itself reports."""
-        from kohakutt.hal.card import P150A
-
+        """The card's figures once open: the P150A's, with what the chip reports in place of the defaults (a card
+        backend reads its compute grid from the device)."""
         return P150A
 
     def describe(self) -> dict[str, Any]:

@@ -99,15 +99,22 @@ def bias_gelu_reader(k: Any) -> None:
 
 def bias_gelu_compute(c: Any) -> None:
     count = c.get_arg_val(0)
+    tanh = "GELU_TANH" in c.defines
     c.binary_op_init_common(CB_A, CB_B, CB_OUT)
     c.add_tiles_init(CB_A, CB_B)
-    c.gelu_tile_init()
+    if tanh:
+        c.gelu_tanh_tile_init()
+    else:
+        c.gelu_tile_init()
     for _ in range(count):
         c.cb_wait_front(CB_A, 1)
         c.cb_wait_front(CB_B, 1)
         c.tile_regs_acquire()
         c.add_tiles(CB_A, CB_B, 0, 0, 0)
-        c.gelu_tile(0)
+        if tanh:
+            c.gelu_tanh_tile(0, approx=False)
+        else:
+            c.gelu_tile(0, approx=False)
         c.tile_regs_commit()
         c.cb_pop_front(CB_A, 1)
         c.cb_pop_front(CB_B, 1)

@@ -1,20 +1,33 @@
 #include <cstdint>
-#include "compute_kernel_api/eltwise_binary.h"
 
-namespace NAMESPACE {
-void MAIN {
+#include "api/compute/eltwise_binary.h"
+
+// out = a + b, tile by tile; with BINARY_SUB or BINARY_MUL defined, a - b or a * b (mul at the kernel's fidelity).
+void kernel_main() {
     const uint32_t count = get_arg_val<uint32_t>(0);
     constexpr auto cb_a = tt::CBIndex::c_0;
     constexpr auto cb_b = tt::CBIndex::c_1;
     constexpr auto cb_out = tt::CBIndex::c_16;
 
-    binary_op_init_common(cb_a, cb_b, cb_out);
-    add_tiles_init(cb_a, cb_b);
+    compute_kernel_hw_startup(cb_a, cb_b, cb_out);
+#if defined(BINARY_SUB)
+    sub_init(cb_a, cb_b);
+#elif defined(BINARY_MUL)
+    mul_init(cb_a, cb_b);
+#else
+    add_init(cb_a, cb_b);
+#endif
     for (uint32_t i = 0; i < count; ++i) {
         cb_wait_front(cb_a, 1);
         cb_wait_front(cb_b, 1);
         tile_regs_acquire();
+#if defined(BINARY_SUB)
+        sub_tiles(cb_a, cb_b, 0, 0, 0);
+#elif defined(BINARY_MUL)
+        mul_tiles(cb_a, cb_b, 0, 0, 0);
+#else
         add_tiles(cb_a, cb_b, 0, 0, 0);
+#endif
         tile_regs_commit();
         cb_pop_front(cb_a, 1);
         cb_pop_front(cb_b, 1);
@@ -26,4 +39,3 @@ void MAIN {
         cb_push_back(cb_out, 1);
     }
 }
-}  // namespace NAMESPACE

@@ -1,3 +1,3 @@
-namespace NAMESPACE {
-void MAIN {}
-}  // namespace NAMESPACE
+#include "api/compute/common.h"
+
+void kernel_main() {}

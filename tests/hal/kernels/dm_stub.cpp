@@ -1,2 +1,3 @@
-#include "dataflow_api.h"
+#include "api/dataflow/dataflow_api.h"
+
 void kernel_main() {}

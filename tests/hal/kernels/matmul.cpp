@@ -1,15 +1,17 @@
 #include <cstdint>
-#include "compute_kernel_api/matmul.h"
 
-namespace NAMESPACE {
-void MAIN {
+#include "api/compute/matmul.h"
+
+// out tile = sum over K of A tile @ B tile, accumulated in DST.
+void kernel_main() {
     const uint32_t count = get_arg_val<uint32_t>(0);
     const uint32_t Kt = get_arg_val<uint32_t>(1);
     constexpr auto cb_a = tt::CBIndex::c_0;
     constexpr auto cb_b = tt::CBIndex::c_1;
     constexpr auto cb_out = tt::CBIndex::c_16;
 
-    mm_init(cb_a, cb_b, cb_out);
+    compute_kernel_hw_startup<SrcOrder::Reverse>(cb_a, cb_b, cb_out);
+    matmul_init(cb_a, cb_b);
     for (uint32_t t = 0; t < count; ++t) {
         tile_regs_acquire();
         for (uint32_t kt = 0; kt < Kt; ++kt) {
@@ -28,4 +30,3 @@ void MAIN {
         cb_push_back(cb_out, 1);
     }
 }
-}  // namespace NAMESPACE
