@@ -412,6 +412,16 @@ def reader(k: Any) -> None:
                 for j in range(nbw):
                     _bias_tile(k, s, bias_row, g, t0 + j, k.get_write_ptr(CB_BIAS) + j * k.get_tile_size(CB_BIAS))
                 k.cb_push_back(CB_BIAS, s.nb)
+    _release_scratch(k, CB_SPAN)
+    if bias_row is not None:
+        _release_scratch(k, CB_BIAS_ROW)
+
+
+def _release_scratch(k: Any, cb: int) -> None:
+    """Twin of ``release_scratch``: the scratch page goes back, so every CB ends the program balanced."""
+    k.cb_push_back(cb, 1)
+    k.cb_wait_front(cb, 1)
+    k.cb_pop_front(cb, 1)
 
 
 def _pack_block(c: Any, cb: int, n: int) -> None:
@@ -538,6 +548,7 @@ def writer(k: Any) -> None:
                 k.noc_async_writes_flushed()
             k.cb_pop_front(CB_OUT, 1)
     k.noc_async_write_barrier()
+    _release_scratch(k, CB_STAGE)
 
 
 # ------------------------------------------------------------------------------------------------ the program

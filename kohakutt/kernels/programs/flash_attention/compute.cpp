@@ -244,4 +244,8 @@ void kernel_main() {
         }
         cb_pop_front(cb_q, s.dt);
     }
+    cb_pop_front(cb_scaler, 1);  // the constant tiles: every CB ends the program balanced
+    cb_pop_front(cb_ones_row, 1);
+    cb_pop_front(cb_floor, 1);
+    cb_pop_front(cb_zero, 1);
 }
