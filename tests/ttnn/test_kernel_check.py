@@ -18,7 +18,7 @@ import program_variants as pv
 import pytest
 import sfpi_stand_in
 
-from kohakutt import hal
+from kohakutt import hal, sfpi
 from kohakutt.kernels.programs import SOURCE_DIR
 
 REPO = mock_p150.REPO
@@ -110,3 +110,52 @@ def test_the_check_finds_planted_errors_and_names_kernel_file_and_line(checked):
         kernel = Path(p["file"]).stem
         assert procs == ({"trisc0", "trisc1", "trisc2"} if kernel == "compute" else {"brisc"}), hits
         assert all(ln.startswith(f"{kernel}/") for ln in hits), hits
+
+
+# ------------------------------------------------------------------------------------------ the real toolchain
+def sfpi_root(install: sfpi.Install | None) -> Path | None:
+    """The folder TT-Metal takes as ``runtime/sfpi`` (holding ``compiler/bin/riscv-tt-elf-g++``) in an sfpi install
+    ``ktt sfpi`` put in the cache, or None when it has no such compiler."""
+    compiler = install.compiler if install is not None else None
+    if compiler is None:
+        return None
+    for root in compiler.parents:
+        if (root / "compiler" / "bin" / "riscv-tt-elf-g++").is_file():
+            return root
+    return None
+
+
+def test_sfpi_root_finds_tt_metals_compiler_in_an_install(tmp_path):
+    inst = sfpi.Install("x", tmp_path, "file", "0" * 64, "now", ["sfpi/compiler/bin/riscv-tt-elf-g++"])
+    assert sfpi_root(inst) is None  # listed but not there
+    cc = tmp_path / "sfpi" / "compiler" / "bin" / "riscv-tt-elf-g++"
+    cc.parent.mkdir(parents=True)
+    cc.write_text("")
+    assert sfpi_root(inst) == tmp_path / "sfpi"
+    assert sfpi_root(None) is None
+
+
+def test_every_variant_compiles_and_links_with_the_real_toolchain():
+    """With sfpi installed (``ktt sfpi``), TT-Metal's JIT compiles and links every variant's kernels (and the
+    firmware) with the real RISC-V toolchain on the mocked P150, and generic_op runs each to its end."""
+    root = sfpi_root(sfpi.current())
+    if root is None:
+        pytest.skip("no RISC-V kernel compiler in the cache: `ktt sfpi URL_OR_FILE` installs sfpi (7.89.0 for TT-Metal "
+                    "0.81.1: tt_metal/sfpi-version in the ttnn wheel); with it this test compiles and links every "
+                    "program variant for real")  # fmt: skip
+    try:
+        mock = mock_p150.prepare(REPO / "build" / "ttnn-mock" / "real", sfpi=root)
+    except mock_p150.MockUnavailable as e:
+        pytest.skip(str(e))
+    dev = hal.open_device(0)
+    try:
+        variants = [pv.describe(n, p, b) for n, p, b in pv.variants(dev)]
+    finally:
+        dev.close()
+    res = mock.run([str(Path(__file__).parent / "generic_op_driver.py"), "--baseline"], input=json.dumps(variants),
+                   timeout=3600)  # fmt: skip
+    assert res.returncode == 0, f"the generic_op driver failed:\n{res.stderr[-3000:]}"
+    launched = json.loads(res.stdout.strip().splitlines()[-1])["results"]
+    bad = [f"{r['name']}: {r['error']}" for r in launched if not r["ran"]]
+    assert not bad, "variants the real toolchain did not build (or that did not run on the mock):\n" + "\n".join(bad)
+    assert len(launched) == len(variants) + 1
