@@ -369,7 +369,7 @@ def _bias_tile(k: Any, s: ConvShape, bias_row: np.ndarray, g: int, t: int, l1: i
 def reader(k: Any) -> None:
     """Twin of reader.cpp."""
     s = ConvShape.of_kernel(k)
-    start, count, slots = k.get_arg_val(3), k.get_arg_val(4), k.get_arg_val(7)
+    start, count, slots = k.get_arg_val(3), k.get_arg_val(4), min(max(k.get_arg_val(7), 1), MAX_SLOTS)
     x, w = k.tensor_accessor("x"), k.tensor_accessor("weights")
     fmt = k.get_dataformat(CB_ACT_RM)
     tw = k.get_tile_size(CB_W)

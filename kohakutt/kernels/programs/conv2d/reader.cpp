@@ -136,7 +136,8 @@ void kernel_main() {
     const uint32_t count = get_arg_val<uint32_t>(4);
     const uint32_t x_page = get_arg_val<uint32_t>(5);
     const uint32_t bias_page = get_arg_val<uint32_t>(6);
-    const uint32_t slots = get_arg_val<uint32_t>(7);
+    const uint32_t slots_arg = get_arg_val<uint32_t>(7);
+    const uint32_t slots = slots_arg < 1 ? 1 : (slots_arg > MAX_SLOTS ? MAX_SLOTS : slots_arg);
     const Shape s = shape_args(8);
 
     constexpr auto x_args = TensorAccessorArgs<FLAG_ARGS>();
