@@ -31,8 +31,10 @@ CoreCoord = tuple[int, int]  # logical (x, y) on the worker grid
 MAX_RUNTIME_ARGS = 341  # tt-metal kernel.hpp: 4096-byte dispatch packet / (3 kernels * 4 bytes), unique + common
 NUM_SEMAPHORES = 16  # tt-metal semaphore.hpp: semaphore ids per core
 KINDS = ("reader", "writer", "compute")
-_KIND_ALIASES = {"dm0": "reader", "brisc": "reader", "riscv_0": "reader", "dm1": "writer", "ncrisc": "writer",
-                 "riscv_1": "writer"}  # fmt: skip
+# TT-Metal's reader and writer configs (ReaderConfigDescriptor / WriterConfigDescriptor) put a reader on RISCV_1
+# (NCRISC, NOC 1) and a writer on RISCV_0 (BRISC, NOC 0): the JIT builds them as ncrisc and brisc.
+_KIND_ALIASES = {"riscv_1": "reader", "ncrisc": "reader", "dm1": "reader", "riscv_0": "writer", "brisc": "writer",
+                 "dm0": "writer"}  # fmt: skip
 
 # Device-time model constants, the same as the op library's cost model (docs/concepts/cost-model.md).
 PROGRAM_LAUNCH_NS = 2_000.0  # dispatching one program from the command queue (order of magnitude)
@@ -192,9 +194,10 @@ SimKernel = Callable[[Any], None]
 class Kernel:
     """One kernel of a program: its Metalium C++ source, its Python twin for the simulator, and its configuration.
 
-    ``kind`` is ``"reader"`` (BRISC, data movement 0), ``"writer"`` (NCRISC, data movement 1) or ``"compute"`` (the
-    three TRISCs). ``source`` is the kernel's C++ file (a path: the kernel keeps it as ``path`` and reads its text
-    into ``source``) or its C++ text; every kernel's entry point is ``void kernel_main()``. A file may include headers
+    ``kind`` is ``"reader"`` (NCRISC, RISCV_1), ``"writer"`` (BRISC, RISCV_0) or ``"compute"`` (the three TRISCs),
+    as TT-Metal's reader and writer configs place them. ``source`` is the kernel's C++ file (a path: the kernel keeps
+    it as ``path`` and reads its text into ``source``) or its C++ text; every kernel's entry point is
+    ``void kernel_main()``. A file may include headers
     beside it (``#include "common.h"``). ``sim(k)`` runs the same kernel against the simulator's kernel API ``k``.
     ``name`` (default: the kind) keys the runtime arguments. The four fields after it configure compute.
     """
@@ -221,7 +224,7 @@ class Kernel:
             self.path = None  # text given in place of the file's (dataclasses.replace): the file no longer applies
         kind = _KIND_ALIASES.get(str(self.kind).lower(), str(self.kind).lower())
         if kind not in KINDS:
-            raise ProgramError(f"kernel kind {self.kind!r} is not one of reader (dm0), writer (dm1), compute")
+            raise ProgramError(f"kernel kind {self.kind!r} is not one of reader (ncrisc), writer (brisc), compute")
         self.kind = kind
         self.name = self.name or kind
         self.core_ranges = CoreRangeSet.of(self.core_ranges)
@@ -240,7 +243,7 @@ class Kernel:
 
     @property
     def processor(self) -> str:
-        return {"reader": "BRISC", "writer": "NCRISC", "compute": "TRISC0-2"}[self.kind]
+        return {"reader": "NCRISC", "writer": "BRISC", "compute": "TRISC0-2"}[self.kind]
 
     def dst_tiles(self, card: CardSpec) -> int:
         """Tiles the DST register file holds for this kernel: half of it in half-sync mode, all of it in full sync."""
@@ -249,15 +252,39 @@ class Kernel:
 
 
 ACCESSOR_IS_DRAM = 1 << 1  # tt-metal hostdevcommon/tensor_accessor/arg_config.hpp: ArgConfig::IsDram
+ACCESSOR_RUNTIME_PAGE_SIZE = 1 << 7  # ArgConfig::RuntimePageSize: the page size is given at run time
 DRAM_ALIGN = 64  # Blackhole noc_parameters.h: NOC_DRAM_READ_ALIGNMENT_BYTES (the larger of read 64 / write 16)
+L1_ALIGN = 16
 
 
-def tensor_accessor_args(page_size: int, kind: str = "dram") -> list[int]:
+def tensor_accessor_args(page_size: int | None, kind: str = "dram") -> list[int]:
     """The compile-time arguments of ``TensorAccessorArgs`` for an interleaved buffer of ``page_size``-byte pages in
     ``kind`` memory ("dram" or "l1"), as TT-NN's ``TensorAccessorArgs(tensor).get_compile_time_args()`` gives them:
-    the config word and the page size rounded up to the memory's alignment (64 B in DRAM, 16 B in L1)."""
+    the config word and the page size rounded up to the memory's alignment (64 B in DRAM, 16 B in L1). With
+    ``page_size=None`` the page size is a run-time value (``ArgConfig::RuntimePageSize``, the config word alone): the
+    kernel passes :func:`aligned_page_size` to ``TensorAccessor(args, address, page_size)``, so a row-major tensor of
+    a new width compiles nothing."""
     dram = str(getattr(kind, "value", kind)).lower() == "dram"
-    return [ACCESSOR_IS_DRAM if dram else 0, align_up(int(page_size), DRAM_ALIGN if dram else 16)]
+    config = ACCESSOR_IS_DRAM if dram else 0
+    if page_size is None:
+        return [config | ACCESSOR_RUNTIME_PAGE_SIZE]
+    return [config, aligned_page_size(page_size, kind)]
+
+
+def aligned_page_size(page_size: int, kind: str = "dram") -> int:
+    """How far apart an interleaved buffer's pages sit in a bank: the page rounded up to the memory's alignment."""
+    dram = str(getattr(kind, "value", kind)).lower() == "dram"
+    return align_up(int(page_size), DRAM_ALIGN if dram else L1_ALIGN)
+
+
+def require_dram(program: str, named: Mapping[str, Any]) -> None:
+    """Raise ProgramError unless every buffer of ``named`` (name -> buffer) is in DRAM: a program whose tensor
+    accessors were built for DRAM would read an L1 buffer's pages from the wrong place on a card."""
+    for name, b in named.items():
+        kind = str(getattr(b, "kind", "dram")).lower()
+        if kind != "dram":
+            raise ProgramError(f"program {program!r}: tensor {name!r} is in {kind}, but the program addresses its "
+                               "tensors as interleaved DRAM buffers; move it to DRAM first")  # fmt: skip
 
 
 _SOURCES: dict[Path, tuple[int, str]] = {}
@@ -584,5 +611,5 @@ def _l1_buffer_bytes_per_core(card: CardSpec, buffers: Sequence[Buffer]) -> int:
 __all__ = [
     "FPU_TILE_CYCLES", "KINDS", "MAX_RUNTIME_ARGS", "NUM_SEMAPHORES", "PROGRAM_LAUNCH_NS", "SFPU_TILE_CYCLES",
     "CircularBuffer", "CoreCoord", "CoreRange", "CoreRangeSet", "Kernel", "MathFidelity", "Program", "RuntimeArgs",
-    "Semaphore", "Work", "read_source", "split_work", "tensor_accessor_args",
+    "Semaphore", "Work", "aligned_page_size", "read_source", "require_dram", "split_work", "tensor_accessor_args",
 ]  # fmt: skip

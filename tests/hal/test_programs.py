@@ -588,7 +588,10 @@ def test_core_ranges_and_split_work():
         Kernel("dm2", DM_STUB_CPP, (0, 0))
     with pytest.raises(ProgramError, match="fidelity"):
         Kernel("compute", COMPUTE_STUB_CPP, (0, 0), math_fidelity="HiFi5")
-    assert Kernel("dm1", DM_STUB_CPP, (0, 0)).kind == "writer"
+    # TT-Metal's reader config runs a reader on RISCV_1 (NCRISC), its writer config a writer on RISCV_0 (BRISC)
+    assert Kernel("ncrisc", DM_STUB_CPP, (0, 0)).kind == "reader"
+    assert Kernel("riscv_0", DM_STUB_CPP, (0, 0)).kind == "writer"
+    assert [Kernel(k, DM_STUB_CPP, (0, 0)).processor for k in ("reader", "writer")] == ["NCRISC", "BRISC"]
     assert MathFidelity.of("HiFi2").phases == 2
 
 
@@ -672,7 +675,8 @@ def test_cbs_share_l1_with_l1_buffers(dev):
     prog = Program("big", [Kernel("reader", DM_STUB_CPP, core, lambda k: None)],
                    [CircularBuffer(0, "bfloat16", 2048, 600, core)])  # fmt: skip
     dev.run_program(prog, [])  # 1.2 MB of CBs fit an empty L1
-    l1 = dev.allocate(shape=(32 * 140, 32 * 130), fmt="bfloat16", layout="tile", kind="l1")  # 140 tiles a core
+    tiles = (32 * 140, 32 * dev.card.cores)  # 140 tiles a core
+    l1 = dev.allocate(shape=tiles, fmt="bfloat16", layout="tile", kind="l1")
     with pytest.raises(ProgramError, match=r"more than the 1,212,416 B usable .*less 286,720 B of L1 buffers"):
         dev.run_program(prog, [l1])
     dev.free(l1)

@@ -108,9 +108,11 @@ class MockP150:
 
     def run(self, args: list[str], *, input: str | None = None, timeout: float = 600,
             **extra_env: str) -> subprocess.CompletedProcess:  # fmt: skip
-        """Run the TT-NN venv's Python with ``args`` against the mock; output captured as text."""
+        """Run the TT-NN venv's Python with ``args`` against the mock; output captured as text. It runs in the
+        mock's cache folder: TT-Metal writes files of its own (``generated/``) into the working directory."""
+        self.cache.mkdir(parents=True, exist_ok=True)
         return subprocess.run([str(self.python), *args], input=input, capture_output=True, text=True,
-                              env=self.env(**extra_env), timeout=timeout)  # fmt: skip
+                              env=self.env(**extra_env), timeout=timeout, cwd=self.cache)  # fmt: skip
 
     def commands(self) -> list[dict]:
         """The compiler command lines the JIT issued since the last :meth:`clear_commands`, oldest first: each

@@ -36,14 +36,24 @@ packer format reconfigurations between CBs of different formats (``reconfig_data
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from kohakutt.hal.card import P150A
 from kohakutt.hal.layout import Format
-from kohakutt.hal.program import CircularBuffer, CoreRange, CoreRangeSet, Kernel, Program, Work, split_work
+from kohakutt.hal.program import (
+    CircularBuffer,
+    CoreRange,
+    CoreRangeSet,
+    Kernel,
+    Program,
+    Work,
+    require_dram,
+    split_work,
+    tensor_accessor_args,
+)
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Fidelity
 from kohakutt.ir.ops import ShapeError
@@ -61,9 +71,12 @@ CB_Q, CB_K, CB_V, CB_MASK, CB_SCALER, CB_ONES_ROW, CB_FLOOR, CB_ZERO = range(8)
 CB_OUT, CB_LSE, CB_LSE_ROW, CB_RCOL, CB_RBCAST = range(16, 21)
 CB_SRAW, CB_S, CB_P, CB_MCOL, CB_M, CB_ALPHA, CB_L, CB_O = range(24, 32)
 
-# Compile-time arguments, shared by the three kernels (the same order in the C++ sources).
-ARG_NAMES = ("hq", "hkv", "sqt", "skvt", "dt", "dvt", "sq", "skv", "causal", "offset", "has_mask", "mask_b_stride",
-             "mask_h_stride", "scale_bits")  # fmt: skip
+# The shape block of runtime arguments, the same words in the three kernels (common.h's Shape, in this order), after
+# each kernel's own: the reader's q, k, v, mask addresses, first unit and units; the compute kernel's first unit and
+# units; the writer's out and lse addresses, first unit and units. causal and has_mask are compile-time args 0-1.
+ARG_NAMES = ("hq", "hkv", "sqt", "skvt", "dt", "dvt", "sq", "skv", "offset", "mask_b_stride", "mask_h_stride",
+             "scale_bits")  # fmt: skip
+SHAPE_AT = {"reader": 6, "compute": 2, "writer": 4}
 
 
 def face_index(r: int, c: int) -> int:
@@ -81,7 +94,7 @@ SOURCES = SOURCE_DIR / "flash_attention"  # reader.cpp, compute.cpp, writer.cpp 
 # ---------------------------------------------------------------------------------------------- shape helpers
 @dataclass(frozen=True)
 class FlashShape:
-    """The compile-time shape of a flash attention program (the C++ ``constexpr`` values)."""
+    """The shape of a flash attention program: the flags (compile-time args) and the shape block (runtime args)."""
 
     hq: int
     hkv: int
@@ -99,14 +112,22 @@ class FlashShape:
     scale_bits: int
 
     def compile_time_args(self) -> list[int]:
+        """The flags every kernel's compile-time arguments start with: causal, has_mask."""
+        return [int(self.causal), int(self.has_mask)]
+
+    def shape_args(self) -> list[int]:
+        """The shape block of the runtime arguments (``ARG_NAMES``; signed values as their uint32 bits)."""
         return [int(getattr(self, n)) & 0xFFFFFFFF for n in ARG_NAMES]
 
     @classmethod
     def of_kernel(cls, k: Any) -> FlashShape:
-        vals = [k.get_compile_time_arg_val(i) for i in range(len(ARG_NAMES))]
-        at = ARG_NAMES.index("offset")
-        vals[at] = int(np.uint32(vals[at]).view(np.int32))
-        return cls(*(bool(v) if n in ("causal", "has_mask") else int(v) for n, v in zip(ARG_NAMES, vals)))
+        """The shape as kernel ``k`` reads it: the flags from its compile-time args, the rest from its runtime args."""
+        first = SHAPE_AT[k.kernel.kind]
+        vals = {n: int(k.get_arg_val(first + i)) for i, n in enumerate(ARG_NAMES)}
+        for n in ("sq", "skv", "offset"):
+            vals[n] = int(np.uint32(vals[n]).view(np.int32))
+        flags = {"causal": bool(k.get_compile_time_arg_val(0)), "has_mask": bool(k.get_compile_time_arg_val(1))}
+        return cls(**{f.name: (flags | vals)[f.name] for f in fields(cls)})
 
     def key_tiles(self, qt: int) -> int:
         """K tiles Q tile ``qt`` reads: all, or under the causal mask those up to its last real row's last key."""
@@ -455,16 +476,22 @@ def flash_attention_program(q_shape: Sequence[int], k_shape: Sequence[int], v_sh
     cbs = [CircularBuffer(i, fmt, fmt.tile_bytes, n, cores) for i, fmt, n in cb_spec]
     cbs.append(CircularBuffer(CB_LSE_ROW, f32, TILE * 4, 1, cores))
     ct = shape.compile_time_args()
+    # interleaved DRAM tensors: q, k, v and the mask (a float32 one's accessor also when there is none), out and lse
+    reader_ct = ct + [a for f in (q_fmt, k_fmt, v_fmt, f32) for a in tensor_accessor_args(f.tile_bytes)]
+    writer_ct = ct + tensor_accessor_args(out_fmt.tile_bytes) + tensor_accessor_args(TILE * 4)
     tensors = ("q", "k", "v", "mask", "out", "lse") if shape.has_mask else ("q", "k", "v", "out", "lse")
+    sa = shape.shape_args()
 
     def runtime_args(bufs: Sequence[Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
         by = dict(zip(tensors, bufs))
+        require_dram("flash_attention", by)
         mask_addr = by["mask"].address if "mask" in by else 0
         split = split_work(units, cores)
+        q, k, v = by["q"].address, by["k"].address, by["v"].address
         return {
-            "reader": {c: [by["q"].address, by["k"].address, by["v"].address, mask_addr, s0, n] for c, s0, n in split},
-            "compute": {c: [s0, n] for c, s0, n in split},
-            "writer": {c: [by["out"].address, by["lse"].address, s0, n] for c, s0, n in split},
+            "reader": {c: [q, k, v, mask_addr, s0, n, *sa] for c, s0, n in split},
+            "compute": {c: [s0, n, *sa] for c, s0, n in split},
+            "writer": {c: [by["out"].address, by["lse"].address, s0, n, *sa] for c, s0, n in split},
         }
 
     pairs = sum(shape.key_tiles(qt) for qt in range(shape.sqt)) * b * hq
@@ -482,7 +509,7 @@ def flash_attention_program(q_shape: Sequence[int], k_shape: Sequence[int], v_sh
     return Program(
         "flash_attention",
         [
-            Kernel("reader", SOURCES / "reader.cpp", cores, reader, compile_time_args=ct),
+            Kernel("reader", SOURCES / "reader.cpp", cores, reader, compile_time_args=reader_ct),
             Kernel(
                 "compute",
                 SOURCES / "compute.cpp",
@@ -493,7 +520,7 @@ def flash_attention_program(q_shape: Sequence[int], k_shape: Sequence[int], v_sh
                 fp32_dest_acc_en=True,
                 math_approx_mode=False,
             ),
-            Kernel("writer", SOURCES / "writer.cpp", cores, writer, compile_time_args=ct),
+            Kernel("writer", SOURCES / "writer.cpp", cores, writer, compile_time_args=writer_ct),
         ],
         cbs,
         runtime_args=runtime_args,

@@ -11,12 +11,14 @@ prepared on the host as TT-NN prepares conv weights (:func:`weight_matrix`).
 Work: one unit per (group, 32-pixel M tile), split evenly over the cores.
 
 - **reader**: per unit and kernel row, zero-fills Krt row-major pages of CB 0 and gathers the im2col block from the
-  row-major input: channels-last (N, H, W, C) sticks give one NoC read of C/groups contiguous values per (pixel, kernel
-  column); channels-first (N, C, H, W) rows give one read per (input channel, run of pixels on one output row) into a
-  scratch page, from which the kernel columns are picked with the stride. Taps in the padding stay 0. Then, per block
-  of up to 4 output tiles, the weight tiles (kernel row, K tile) and the bias tile of each output tile (the group's
-  channels read into row 0, copied down the tile). With a bf16 DST (``fp32_acc`` off) float32 data is truncated to
-  bfloat16 in L1, as the unpacker would for a 16-bit DST.
+  row-major input. Each run of pixels on one output row needs one span of input columns of one input row:
+  channels-first (N, C, H, W), one NoC read of that span per input channel; channels-last (N, H, W, C), one read of
+  the group's C/groups channels per input pixel of the span (up to 32 sticks before a barrier). Every read lands in a
+  scratch page (CB 4) at its NoC address's offset modulo 64 B, as a DRAM read on Blackhole needs, and the kernel
+  columns are picked from there with the stride. Taps in the padding stay 0. Then, per block of up to 4 output tiles,
+  the weight tiles (kernel row, K tile) and the bias tile of each output tile (the group's channels of the bias row,
+  read once per core into CB 5, in every row of the tile). With a bf16 DST (``fp32_acc`` off) float32 data is
+  truncated to bfloat16 in L1, as the unpacker would for a 16-bit DST.
 - **compute** (fp32 DST, the scope's fidelity; the input in SrcB, the weights in SrcA): tilizes the unit's KH
   blocks into CB 1 (resident for the unit), then per block of up to 4 output tiles runs ``matmul_tiles`` over every
   (kernel row, K tile). fp32 accumulation keeps DST across all of them. With ``fp32_acc`` off, each kernel row's
@@ -24,29 +26,41 @@ Work: one unit per (group, 32-pixel M tile), split evenly over the cores.
   nearest even) and copied back for the next row: the bf16 DST rounded once per kernel row that the op's numerics
   contract names. The bias is added after the sum is packed to the intermediate format (fp32 or bfloat16) with one
   FPU ``add_tiles``; the result is packed in the output format.
-- **writer**: turns each output tile (32 pixels x 32 channels, face order) into rows in a staging page and writes
-  them to the row-major output: channels-last, one write per pixel (the tile's valid channels); channels-first, one
-  write per (channel, run of pixels on one output row). Rearranging in the data mover keeps float32 exact.
+- **writer**: writes each output tile (32 pixels x 32 channels, face order) to the row-major output: channels-last,
+  one write per pixel (the tile's valid channels); channels-first, one write per (channel, run of pixels on one output
+  row). Each write's values are first copied to a staging slot (CB 26) at the destination's offset modulo 16 B, as a
+  NoC write on Blackhole needs. Rearranging in the data mover keeps float32 exact.
+
+Sizes are runtime arguments (the shape block, after each kernel's own; the row-major tensors' page sizes too, through
+``TensorAccessor``'s runtime page size), the five flags compile-time ones: a new shape compiles nothing.
 
 :func:`kohakutt.kernels.conv.conv_forward` is the vectorized model of the same arithmetic, the op library's fast path.
 The two agree up to the order of float32 sums inside DST (torch's convolution sums in its own order, the program tile
 by tile); where every float32 sum is exact they agree bit for bit (the tests check both). The C++ sources also carry
-what the simulator does not model (format reconfiguration between CBs, ``tilize_uninit``) and what a card needs that
-the simulator does not check (on a card, a stick read must start 16-byte aligned: C/groups * itemsize a multiple of 16).
+what the Python twins do not model (format reconfiguration between CBs, ``tilize_uninit``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kohakutt.errors import KohakuTTUnsupportedOperator
+from kohakutt.errors import KohakuTTUnsupportedOperator, ProgramError
 from kohakutt.hal.formats import quantize
 from kohakutt.hal.layout import TILE, Format, Layout
-from kohakutt.hal.program import CircularBuffer, Kernel, Program, Work, split_work
+from kohakutt.hal.program import (
+    CircularBuffer,
+    Kernel,
+    Program,
+    Work,
+    aligned_page_size,
+    require_dram,
+    split_work,
+    tensor_accessor_args,
+)
 from kohakutt.ir.defs.conv import CONV_ATTRS, ConvGeometry, conv_geometry
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Fidelity
@@ -54,11 +68,14 @@ from kohakutt.kernels.programs import SOURCE_DIR
 from kohakutt.kernels.programs.fused import worker_cores
 
 DST_TILES = 4  # an fp32 DST in half-sync mode: the output tiles one block accumulates at once
+DRAM_ALIGN, WRITE_ALIGN = 64, 16  # Blackhole NOC: DRAM reads' L1 / NOC addresses agree modulo 64 B, writes' 16 B
+MAX_SLOTS = 32  # channels-last input sticks the reader reads before one barrier (common.h)
+SCRATCH_BYTES = 64 * 1024  # at most this much L1 for those sticks
 RESIDENT_WEIGHT_BYTES = 512 * 1024  # a group's weights up to this size stay in L1 for all of a core's units
 BF16_MASK = 0xFFFF0000  # float32 bits kept by a truncation to bfloat16
 
 # Circular buffers: inputs 0..7, output 16, intermediates 24..
-CB_ACT_RM, CB_ACT, CB_W, CB_BIAS, CB_SPAN = 0, 1, 2, 3, 4
+CB_ACT_RM, CB_ACT, CB_W, CB_BIAS, CB_SPAN, CB_BIAS_ROW = 0, 1, 2, 3, 4, 5
 CB_OUT = 16
 CB_ACC, CB_INTERIM, CB_STAGE = 24, 25, 26
 
@@ -72,10 +89,18 @@ _TILE_INDEX = np.array([[face_index(r, c) for c in range(TILE)] for r in range(T
 
 
 # ------------------------------------------------------------------------------------------------ the geometry
+SIZE_NAMES = ("n", "c", "h", "w", "k", "groups", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw", "oh", "ow")
+FLAG_NAMES = ("channels_last", "fp32_acc", "has_bias", "out_bf16", "w_resident")
+# Where the shape block starts in each kernel's runtime arguments, after the kernel's own: the reader's x, weights and
+# bias addresses, first unit, units, x's and the bias's aligned page sizes and its scratch slots; the compute
+# kernel's first unit and units; the writer's output address, first unit, units and the output's aligned page size.
+SHAPE_AT = {"reader": 8, "compute": 2, "writer": 4}
+
 @dataclass(frozen=True)
 class ConvShape:
-    """The program's compile-time arguments (the same order in the C++ sources): a 2-d convolution's sizes and
-    flags. A 1-d convolution is one of height 1."""
+    """A 2-d convolution's sizes and flags, as the kernels take them: the sizes n..ow are the shape block of every
+    kernel's runtime arguments (common.h's ``shape_args``, after the kernel's own, at ``SHAPE_AT``), the five flags
+    are the compile-time arguments (they choose code paths). A 1-d convolution is one of height 1."""
 
     n: int
     c: int
@@ -144,12 +169,31 @@ class ConvShape:
         return [(t, min(self.nb, self.nt - t)) for t in range(0, self.nt, self.nb)]
 
     def compile_time_args(self) -> list[int]:
-        return [int(getattr(self, f.name)) for f in fields(self)]
+        """The flags: channels_last, fp32_acc, has_bias, out_bf16, w_resident."""
+        return [int(getattr(self, n)) for n in FLAG_NAMES]
+
+    def shape_args(self) -> list[int]:
+        """The shape block of the runtime arguments: n, c, h, w, k, groups, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow."""
+        return [int(getattr(self, n)) & 0xFFFFFFFF for n in SIZE_NAMES]
 
     @classmethod
     def of_kernel(cls, k: Any) -> ConvShape:
-        """The shape as a kernel reads it from its compile-time arguments."""
-        return cls(*(k.get_compile_time_arg_val(i) for i in range(len(fields(cls)))))
+        """The shape as kernel ``k`` reads it: the sizes from its runtime arguments, the flags from its compile-time
+        ones."""
+        first = SHAPE_AT[k.kernel.kind]
+        vals = {n: int(np.uint32(k.get_arg_val(first + i)).view(np.int32)) for i, n in enumerate(SIZE_NAMES)}
+        vals |= {n: int(k.get_compile_time_arg_val(i)) for i, n in enumerate(FLAG_NAMES)}
+        return cls(**vals)
+
+    def scratch(self, item: int) -> tuple[int, int]:
+        """(slots, bytes) of the reader's scratch page for ``item``-byte input values: channels-first, one input row;
+        channels-last, up to ``MAX_SLOTS`` sticks of the group's channels (fewer when they would pass
+        ``SCRATCH_BYTES``, one at least); room for aligning the page's start to 64 B as well."""
+        if not self.channels_last:
+            return 1, -(-self.w * item // DRAM_ALIGN) * DRAM_ALIGN + 2 * DRAM_ALIGN
+        slot = -(-self.cg * item // DRAM_ALIGN) * DRAM_ALIGN + DRAM_ALIGN
+        slots = max(1, min(MAX_SLOTS, self.w, SCRATCH_BYTES // slot))
+        return slots, slots * slot + DRAM_ALIGN
 
     def runs(self, mt: int) -> list[tuple[int, int, int, int, int]]:
         """The valid pixels of M tile ``mt`` as runs on one output row: (first tile row, n, oh, first ow, length)."""
@@ -265,87 +309,91 @@ def _truncate(k: Any, s: ConvShape, cb: int, l1: int, pages: int) -> None:
     k.l1_write(l1, words & np.uint32(BF16_MASK))
 
 
-def _gather(k: Any, s: ConvShape, x: Any, g: int, mt: int, r: int, l1: int, fmt: Format) -> None:
-    """Twin of ``gather``: kernel row r of the im2col block of (g, mt) into the zeroed pages at ``l1``."""
-    item = fmt.itemsize
-    row_len = s.krt * TILE
-    block = None if s.channels_last else np.zeros((TILE, row_len), _words(fmt))
+def _read_aligned(k: Any, src: Any, scratch: int, nbytes: int) -> int:
+    """Twin of ``read_aligned``: the read lands in the scratch at its NOC address's offset modulo 64 B (a page starts
+    64-aligned in its bank, so its offset in the page gives that); returns where the data is."""
+    l1 = scratch + src.offset % DRAM_ALIGN
+    k.noc_async_read(src, l1, nbytes)
+    return l1
+
+
+def _gather(k: Any, s: ConvShape, x: Any, scratch: int, slots: int, g: int, mt: int, r: int, fmt: Format) -> np.ndarray:
+    """Twin of ``gather``: kernel row r of the im2col block of (g, mt), as the (32, KRT * 32) words of its pages."""
+    item, words = fmt.itemsize, _words(fmt)
+    block = np.zeros((TILE, s.krt * TILE), words)
+    slot = -(-s.cg * item // DRAM_ALIGN) * DRAM_ALIGN + DRAM_ALIGN
     for i0, n, oh, ow0, length in s.runs(mt):
         ih = oh * s.sh - s.pt + r * s.dh
         if not 0 <= ih < s.h:
-            continue
-        ows = np.arange(ow0, ow0 + length)
-        if s.channels_last:
-            for j, ow in enumerate(ows):
-                for q in range(s.kw):
-                    iw = int(ow) * s.sw - s.pl + q * s.dw
-                    if 0 <= iw < s.w:
-                        stick = (n * s.h + ih) * s.w + iw
-                        k.noc_async_read(k.get_noc_addr(stick, x, g * s.cg * item),
-                                         l1 + ((i0 + j) * row_len + q * s.cg) * item, s.cg * item)  # fmt: skip
             continue
         lo_w, hi_w = ow0 * s.sw - s.pl, (ow0 + length - 1) * s.sw - s.pl + (s.kw - 1) * s.dw
         a, b = max(lo_w, 0), min(hi_w, s.w - 1)
         if a > b:
             continue
-        span = k.get_write_ptr(CB_SPAN)
-        iws = ows[:, None] * s.sw - s.pl + np.arange(s.kw)[None, :] * s.dw  # (pixel, kernel column)
-        ok = (iws >= a) & (iws <= b)
-        rows, qs = np.nonzero(ok)
+        iws = np.arange(ow0, ow0 + length)[:, None] * s.sw - s.pl + np.arange(s.kw)[None, :] * s.dw  # (pixel, col)
+        if s.channels_last:
+            for c0 in range(a, b + 1, slots):
+                c1 = min(c0 + slots, b + 1)
+                at = [_read_aligned(k, k.get_noc_addr((n * s.h + ih) * s.w + iw, x, g * s.cg * item),
+                                    scratch + (iw - c0) * slot, s.cg * item) for iw in range(c0, c1)]  # fmt: skip
+                k.noc_async_read_barrier()
+                sticks = np.stack([k.l1_read(p, s.cg * item).view(words) for p in at])  # (sticks, C/groups)
+                rows, qs = np.nonzero((iws >= c0) & (iws < c1))
+                cols = qs[:, None] * s.cg + np.arange(s.cg)[None, :]
+                block[i0 + rows[:, None], cols] = sticks[iws[rows, qs] - c0]
+            continue
+        rows, qs = np.nonzero((iws >= a) & (iws <= b))
         for c in range(s.cg):
             page = (n * s.c + g * s.cg + c) * s.h + ih
-            k.noc_async_read(k.get_noc_addr(page, x, a * item), span, (b - a + 1) * item)
+            at = _read_aligned(k, k.get_noc_addr(page, x, a * item), scratch, (b - a + 1) * item)
             k.noc_async_read_barrier()
-            vals = k.l1_read(span, (b - a + 1) * item).view(_words(fmt))
-            block[i0 + rows, qs * s.cg + c] = vals[iws[rows, qs] - a]  # type: ignore[index]
-    if block is not None:
-        k.l1_write(l1, block)
+            vals = k.l1_read(at, (b - a + 1) * item).view(words)
+            block[i0 + rows, qs * s.cg + c] = vals[iws[rows, qs] - a]
+    return block
 
 
-def _bias_tile(k: Any, s: ConvShape, bias: Any, g: int, t: int, l1: int) -> None:
-    """Twin of the bias part of reader.cpp: the group's channels of output tile t in row 0, copied down the tile."""
-    fmt = k.get_dataformat(CB_BIAS)
-    item, size = fmt.itemsize, k.get_tile_size(CB_BIAS)
-    k.l1_write(l1, np.zeros(size, np.uint8))
-    ch0 = t * TILE
-    valid = min(TILE, s.kg - ch0)
-    for half in range(0, -(-valid // 16)):
-        n = min(16, valid - half * 16)
-        k.noc_async_read(k.get_noc_addr(0, bias, (g * s.kg + ch0 + half * 16) * item), l1 + half * 256 * item,
-                         n * item)  # fmt: skip
-    k.noc_async_read_barrier()
-    faces = k.l1_read(l1, size).view(_words(fmt)).reshape(4, 16, 16).copy()
-    faces[0::2] = faces[0, 0]  # faces 0 and 2 hold columns 0-15
-    faces[1::2] = faces[1, 0]  # faces 1 and 3 hold columns 16-31
-    k.l1_write(l1, faces)
+def _bias_tile(k: Any, s: ConvShape, bias_row: np.ndarray, g: int, t: int, l1: int) -> None:
+    """Twin of ``bias_tile``: the group's channels of output tile t from the bias row, in every row of the tile."""
+    line = np.zeros(TILE, bias_row.dtype)
+    ch0 = g * s.kg + t * TILE
+    valid = min(TILE, s.kg - t * TILE)
+    line[:valid] = bias_row[ch0 : ch0 + valid]
+    tile = np.empty(TILE * TILE, bias_row.dtype)
+    tile[_TILE_INDEX] = line[None, :]
+    k.l1_write(l1, tile)
     _truncate(k, s, CB_BIAS, l1, 1)
 
 
 def reader(k: Any) -> None:
     """Twin of reader.cpp."""
     s = ConvShape.of_kernel(k)
-    start, count = k.get_arg_val(3), k.get_arg_val(4)
+    start, count, slots = k.get_arg_val(3), k.get_arg_val(4), k.get_arg_val(7)
     x, w = k.tensor_accessor("x"), k.tensor_accessor("weights")
-    bias = k.tensor_accessor("bias") if s.has_bias else None
     fmt = k.get_dataformat(CB_ACT_RM)
     tw = k.get_tile_size(CB_W)
-    if not s.channels_last:
-        k.cb_reserve_back(CB_SPAN, 1)
+    k.cb_reserve_back(CB_SPAN, 1)
+    scratch = -(-k.get_write_ptr(CB_SPAN) // DRAM_ALIGN) * DRAM_ALIGN
+    bias_row = None
+    if s.has_bias:
+        bias = k.tensor_accessor("bias")
+        k.cb_reserve_back(CB_BIAS_ROW, 1)
+        row = k.get_write_ptr(CB_BIAS_ROW)
+        k.noc_async_read_page(0, bias, row)
+        k.noc_async_read_barrier()
+        bias_row = k.l1_read(row, bias.page_size).view(_words(k.get_dataformat(CB_BIAS_ROW)))
     for u in range(start, start + count):
         g, mt = divmod(u, s.mt)
         for r in range(s.kh):
             k.cb_reserve_back(CB_ACT_RM, s.krt)
             l1 = k.get_write_ptr(CB_ACT_RM)
-            k.l1_write(l1, np.zeros(s.krt * k.get_tile_size(CB_ACT_RM), np.uint8))
-            _gather(k, s, x, g, mt, r, l1, fmt)
-            k.noc_async_read_barrier()
+            k.l1_write(l1, _gather(k, s, x, scratch, slots, g, mt, r, fmt))
             _truncate(k, s, CB_ACT_RM, l1, s.krt)
             k.cb_push_back(CB_ACT_RM, s.krt)
         if s.w_resident and (u == start or mt == 0):
             k.cb_reserve_back(CB_W, s.w_tiles)
             l1 = k.get_write_ptr(CB_W)
             for i in range(s.w_tiles):
-                k.noc_async_read_tile(g * s.w_tiles + i, w, l1 + i * tw)
+                k.noc_async_read_page(g * s.w_tiles + i, w, l1 + i * tw)
             k.noc_async_read_barrier()
             _truncate(k, s, CB_W, l1, s.w_tiles)
             k.cb_push_back(CB_W, s.w_tiles)
@@ -355,14 +403,14 @@ def reader(k: Any) -> None:
                     k.cb_reserve_back(CB_W, s.nb)
                     l1 = k.get_write_ptr(CB_W)
                     for j in range(nbw):
-                        k.noc_async_read_tile(((g * s.kh + r) * s.krt + kt) * s.nt + t0 + j, w, l1 + j * tw)
+                        k.noc_async_read_page(((g * s.kh + r) * s.krt + kt) * s.nt + t0 + j, w, l1 + j * tw)
                     k.noc_async_read_barrier()
                     _truncate(k, s, CB_W, l1, nbw)
                     k.cb_push_back(CB_W, s.nb)
-            if bias is not None:
+            if bias_row is not None:
                 k.cb_reserve_back(CB_BIAS, s.nb)
                 for j in range(nbw):
-                    _bias_tile(k, s, bias, g, t0 + j, k.get_write_ptr(CB_BIAS) + j * k.get_tile_size(CB_BIAS))
+                    _bias_tile(k, s, bias_row, g, t0 + j, k.get_write_ptr(CB_BIAS) + j * k.get_tile_size(CB_BIAS))
                 k.cb_push_back(CB_BIAS, s.nb)
 
 
@@ -464,28 +512,30 @@ def writer(k: Any) -> None:
     out = k.tensor_accessor("out")
     fmt = k.get_dataformat(CB_OUT)
     item, size = fmt.itemsize, k.get_tile_size(CB_OUT)
+    slot = TILE * item + WRITE_ALIGN
     k.cb_reserve_back(CB_STAGE, 1)
-    stage = k.get_write_ptr(CB_STAGE)
+    stage = -(-k.get_write_ptr(CB_STAGE) // WRITE_ALIGN) * WRITE_ALIGN
     for u in range(start, start + count):
         g, mt = divmod(u, s.mt)
         for t in range(s.nt):
             k.cb_wait_front(CB_OUT, 1)
-            rows = k.l1_read(k.get_read_ptr(CB_OUT), size).view(_words(fmt))[_TILE_INDEX]
-            k.l1_write(stage, rows if s.channels_last else rows.T)
+            rows = k.l1_read(k.get_read_ptr(CB_OUT), size).view(_words(fmt))[_TILE_INDEX]  # (pixel, channel)
             ch0 = t * TILE
             valid = min(TILE, s.kg - ch0)
             for i0, n, oh, ow0, length in s.runs(mt):
-                m = mt * TILE + i0
                 if s.channels_last:
-                    for j in range(length):
-                        k.noc_async_write(stage + (i0 + j) * TILE * item,
-                                          k.get_noc_addr(m + j, out, (g * s.kg + ch0) * item), valid * item)
+                    for j in range(i0, i0 + length):
+                        dst = k.get_noc_addr(mt * TILE + j, out, (g * s.kg + ch0) * item)
+                        l1 = stage + j * slot + dst.offset % WRITE_ALIGN
+                        k.l1_write(l1, rows[j, :valid])
+                        k.noc_async_write(l1, dst, valid * item)
                 else:
-                    for j in range(valid):
-                        row = (n * s.k + g * s.kg + ch0 + j) * s.oh + oh
-                        k.noc_async_write(stage + (j * TILE + i0) * item, k.get_noc_addr(row, out, ow0 * item),
-                                          length * item)  # fmt: skip
-            k.noc_async_writes_flushed()
+                    for c in range(valid):
+                        dst = k.get_noc_addr((n * s.k + g * s.kg + ch0 + c) * s.oh + oh, out, ow0 * item)
+                        l1 = stage + c * slot + dst.offset % WRITE_ALIGN
+                        k.l1_write(l1, np.ascontiguousarray(rows[i0 : i0 + length, c]))
+                        k.noc_async_write(l1, dst, length * item)
+                k.noc_async_writes_flushed()
             k.cb_pop_front(CB_OUT, 1)
     k.noc_async_write_barrier()
 
@@ -504,32 +554,46 @@ def conv_program(spec: ConvSpec, max_cores: int | None = None) -> Program:
         return CircularBuffer(index, fmt, page_size or fmt.tile_bytes, pages, cores)
 
     bf16 = Format.BFLOAT16
+    x_item, out_item = spec.x_fmt.itemsize, spec.out_fmt.itemsize
+    slots, scratch = s.scratch(x_item)
+    stage = TILE * (TILE * out_item + WRITE_ALIGN) + WRITE_ALIGN  # 32 slots, each at most 16 B off its start
     cbs = [cb(CB_ACT_RM, spec.x_fmt, 2 * s.krt), cb(CB_ACT, spec.x_fmt, s.kh * s.krt),
            cb(CB_W, spec.w_fmt, s.w_tiles if s.w_resident else 2 * nb), cb(CB_OUT, spec.out_fmt, 2 * nb),
-           cb(CB_STAGE, spec.out_fmt, 1)]  # fmt: skip
-    if not s.channels_last:
-        cbs.append(cb(CB_SPAN, spec.x_fmt, 1, -(-s.w * spec.x_fmt.itemsize // 16) * 16))
+           cb(CB_SPAN, spec.x_fmt, 1, scratch), cb(CB_STAGE, spec.out_fmt, 1, stage)]  # fmt: skip
+    # the row-major pages the kernels address: x's sticks or rows, the output's, the bias row
+    pages = {"x": (s.c if s.channels_last else s.w) * x_item, "out": (s.k if s.channels_last else s.ow) * out_item}
     if s.has_bias:
         assert spec.bias_fmt is not None
-        cbs.append(cb(CB_BIAS, spec.bias_fmt, 2 * nb))
+        pages["bias"] = s.k * spec.bias_fmt.itemsize
+        cbs += [cb(CB_BIAS, spec.bias_fmt, 2 * nb), cb(CB_BIAS_ROW, spec.bias_fmt, 1, aligned_page_size(pages["bias"]))]
         if s.fp32_acc:
             cbs.append(cb(CB_INTERIM, Format.FLOAT32, nb))
     if not s.fp32_acc:
         cbs.append(cb(CB_ACC, bf16, nb))
     ct = s.compile_time_args()
+    runtime_page = tensor_accessor_args(None)  # row-major tensors: the page size is a runtime argument
+    reader_ct = ct + runtime_page + tensor_accessor_args(spec.w_fmt.tile_bytes) + runtime_page
     tensors = spec.tensors
+    sa = s.shape_args()
 
     def runtime_args(bufs: Sequence[Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
         by = dict(zip(tensors, bufs))
+        require_dram("ktt_conv2d", by)
+        for name, want in pages.items():
+            if by[name].page_size != want:
+                raise ProgramError(f"program 'ktt_conv2d': tensor {name!r} has {by[name].page_size} B pages, but the "
+                                   f"program reads row-major rows of {want} B; upload it row-major in the op's "
+                                   "layout")  # fmt: skip
+        aligned = {n: aligned_page_size(p) for n, p in pages.items()}
         bias_addr = by["bias"].address if "bias" in by else 0
         split = split_work(s.units, cores)
-        return {"reader": {c: [by["x"].address, by["weights"].address, bias_addr, s0, n] for c, s0, n in split},
-                "compute": {c: [s0, n] for c, s0, n in split},
-                "writer": {c: [by["out"].address, s0, n] for c, s0, n in split}}  # fmt: skip
+        ins = [by["x"].address, by["weights"].address, bias_addr]
+        return {"reader": {c: [*ins, s0, n, aligned["x"], aligned.get("bias", 0), slots, *sa] for c, s0, n in split},
+                "compute": {c: [s0, n, *sa] for c, s0, n in split},
+                "writer": {c: [by["out"].address, s0, n, aligned["out"], *sa] for c, s0, n in split}}  # fmt: skip
 
     k_tiles = s.kh * s.krt
     out_tiles = s.units * s.nt
-    x_item, out_item = spec.x_fmt.itemsize, spec.out_fmt.itemsize
     if s.w_resident:  # once per (core, group) its units touch
         w_reads = sum(len({u // s.mt for u in range(s0, s0 + n)}) for _, s0, n in split_work(s.units, cores))
     else:  # once per M tile
@@ -544,8 +608,8 @@ def conv_program(spec: ConvSpec, max_cores: int | None = None) -> Program:
                             math_fidelity=spec.fidelity.name, fp32_dest_acc_en=True, math_approx_mode=False)
     return Program(
         "ktt_conv2d",
-        [Kernel("reader", SOURCES / "reader.cpp", cores, reader, compile_time_args=ct), compute_kernel,
-         Kernel("writer", SOURCES / "writer.cpp", cores, writer, compile_time_args=ct)],
+        [Kernel("reader", SOURCES / "reader.cpp", cores, reader, compile_time_args=reader_ct), compute_kernel,
+         Kernel("writer", SOURCES / "writer.cpp", cores, writer, compile_time_args=ct + runtime_page)],
         cbs, runtime_args=runtime_args, tensors=tensors, work=work,
     )  # fmt: skip
 

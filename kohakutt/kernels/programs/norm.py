@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from kohakutt.hal import formats
+from kohakutt.hal.card import P150A
 from kohakutt.hal.layout import TILE, Format
 from kohakutt.hal.program import (
     CircularBuffer,
@@ -301,7 +302,7 @@ def rowwise_program(cfg: NormConfig, rows: int, max_cores: int = 8) -> Program:
     [, bias], then y [, s] [, mean] [, rstd]); weight and bias are (1, W) tile tensors, the statistics (rows, 1)
     float32 tile tensors."""
     ht = max(1, -(-rows // TILE))
-    cores = CoreRange((0, 0), (min(ht, max_cores, 11) - 1, 0))
+    cores = CoreRange((0, 0), (min(ht, max_cores, P150A.grid[0]) - 1, 0))
     wt = cfg.wt
     f32 = Format.FLOAT32
     s_fmt = cfg.out_fmt if cfg.fused else cfg.x_fmt
