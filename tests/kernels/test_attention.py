@@ -51,8 +51,8 @@ from kohakutt.kernels.programs.attention import (
 
 @pytest.fixture(autouse=True)
 def _twin_kernels(knobs):
-    """This program's kernels are not on TT-Metal 0.81.1's kernel API yet (issue 12 item 2), so the host build cannot
-    compile them: its program tests run the Python twins until the port lands."""
+    """The program's C++ builds against the host kernel API but leaves a page in CB 4 that no kernel pops, which the
+    simulator reports as unbalanced at program end: its program tests run the Python twins until that is fixed."""
     knobs(KTT_SIM_KERNELS="python")
 
 

@@ -342,16 +342,19 @@ ALWI void pack_block(std::uint32_t ifrom_dst, std::uint32_t icb, std::uint32_t n
 
 // ------------------------------------------------------------------------------- data-format reconfiguration
 // The host build unpacks and packs each CB in its own format, so these only check their CBs.
-template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
-ALWI void reconfig_data_format(std::uint32_t srca_new_operand, std::uint32_t srcb_new_operand, KTT_SITE) {
-    ::ktt::host::reconfig(0, srca_new_operand, KTT_HERE);
-    ::ktt::host::reconfig(1, srcb_new_operand, KTT_HERE);
+// 0.81.1 takes the two sources in natural (icb0, icb1) order; SrcOrder::Reverse (matmul) puts icb0 in SrcB.
+template <SrcOrder src_order = SrcOrder::Regular>
+ALWI void reconfig_data_format(std::uint32_t icb0_new_operand, std::uint32_t icb1_new_operand, KTT_SITE) {
+    constexpr bool reverse = src_order == SrcOrder::Reverse;
+    ::ktt::host::reconfig(0, reverse ? icb1_new_operand : icb0_new_operand, KTT_HERE);
+    ::ktt::host::reconfig(1, reverse ? icb0_new_operand : icb1_new_operand, KTT_HERE);
 }
-template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
-ALWI void reconfig_data_format(std::uint32_t srca_old_operand, std::uint32_t srca_new_operand,
-                               std::uint32_t srcb_old_operand, std::uint32_t srcb_new_operand, KTT_SITE) {
-    ::ktt::host::reconfig(0, srca_new_operand, KTT_HERE);
-    ::ktt::host::reconfig(1, srcb_new_operand, KTT_HERE);
+template <SrcOrder src_order = SrcOrder::Regular>
+ALWI void reconfig_data_format(std::uint32_t icb0_old_operand, std::uint32_t icb0_new_operand,
+                               std::uint32_t icb1_old_operand, std::uint32_t icb1_new_operand, KTT_SITE) {
+    constexpr bool reverse = src_order == SrcOrder::Reverse;
+    ::ktt::host::reconfig(0, reverse ? icb1_new_operand : icb0_new_operand, KTT_HERE);
+    ::ktt::host::reconfig(1, reverse ? icb0_new_operand : icb1_new_operand, KTT_HERE);
 }
 template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
 ALWI void reconfig_data_format_srca(std::uint32_t srca_new_operand, KTT_SITE) {
