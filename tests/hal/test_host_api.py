@@ -419,3 +419,22 @@ def test_python_kernel_api_stays_available(dev, knobs):
     got, want = run_add(dev)
     np.testing.assert_array_equal(got, want)
     assert sim_program.STALL_SECONDS > 0
+
+
+@pytest.mark.parametrize("spin_ms", [2500, 7500])
+def test_a_kernel_spinning_without_api_calls_is_a_stall(dev, monkeypatch, spin_ms):
+    """No kernel blocks, so no deadlock is seen; after STALL_SECONDS without a CB or semaphore change the run fails.
+    A kernel still running 5 s after that is abandoned (its thread left to finish) and named in the error."""
+    monkeypatch.setattr(sim_program, "STALL_SECONDS", 1.0)
+    prog = Program("spin", [Kernel("reader", HOST / "spin.cpp", (0, 0), defines={"SPIN_MS": str(spin_ms)})], [],
+                   [Semaphore(0, (0, 0))])  # fmt: skip
+    t0 = time.perf_counter()
+    err = str(run_failing(dev, prog, []))
+    assert "program 'spin' stalled: reader on core (0,0) did not return and no kernel changed a CB or semaphore" in err
+    abandoned = "reader on core (0,0) does not return (a loop that calls no kernel API cannot be stopped)" in err
+    assert abandoned == (spin_ms > 6000), err
+    assert time.perf_counter() - t0 < 12.0
+    time.sleep(
+        max(0.0, spin_ms / 1000 - (time.perf_counter() - t0))
+    )  # let an abandoned thread end before the next test
+    still_usable(dev)

@@ -145,6 +145,7 @@ void Run::fail(const std::string &message) {
     if (!failed) {
         failed = true;
         failure = message;
+        failed_at = std::chrono::steady_clock::now();
     }
     changed();
 }
@@ -827,6 +828,7 @@ void body(Kernel *k) {
         r.fail(fmt("program '%s': %s: the kernel threw an unknown C++ exception", r.desc->program, k->who.c_str()));
     }
     std::lock_guard<std::mutex> g(r.mu);
+    k->finished = true;
     r.live -= 1;
     if (!r.failed && r.live > 0 && static_cast<int>(r.blocked.size()) >= r.live && r.none_ready()) r.deadlock();
     r.cv.notify_all();
@@ -906,10 +908,58 @@ void run_group(Run &r, const ktt_sim_core *cores, const std::vector<int> &group)
     std::vector<std::thread> threads;
     threads.reserve(kernels.size());
     for (auto &k : kernels) threads.emplace_back(body, k.get());
-    for (auto &t : threads) t.join();
+    // Wait for every kernel to return. A kernel looping without any kernel API call can neither block (so no
+    // deadlock is seen) nor be stopped: after stall_seconds without a CB or semaphore change the run fails, and a
+    // kernel still running a few seconds after a failure is abandoned (its thread, core and the run's state are
+    // left alive; every API call it makes from then on unwinds it).
+    std::vector<std::string> stuck;
+    {
+        std::unique_lock<std::mutex> lock(r.mu);
+        const auto grace = std::chrono::seconds(5);
+        for (;;) {
+            size_t done = 0;
+            for (auto &k : kernels) done += k->finished ? 1 : 0;
+            if (done == kernels.size()) break;
+            const auto now = std::chrono::steady_clock::now();
+            if (!r.failed && std::chrono::duration<double>(now - r.last_change).count() > d.stall_seconds) {
+                std::string who;
+                for (auto &k : kernels)
+                    if (!k->finished && r.blocked.count(k.get()) == 0) who += (who.empty() ? "" : ", ") + k->who;
+                r.fail(fmt("program '%s' stalled: %s did not return and no kernel changed a CB or semaphore for %.0f s "
+                           "(a loop that calls no kernel API, e.g. polling a semaphore through its pointer, never "
+                           "ends: wait with noc_semaphore_wait)",
+                           d.program, who.empty() ? "a kernel" : who.c_str(), d.stall_seconds));
+            }
+            if (r.failed && now - r.failed_at > grace) {
+                for (auto &k : kernels)
+                    if (!k->finished) stuck.push_back(k->who);
+                break;
+            }
+            r.cv.wait_for(lock, std::chrono::milliseconds(200));
+        }
+        if (!stuck.empty()) {
+            std::string names;
+            for (auto &s : stuck) names += (names.empty() ? "" : ", ") + s;
+            r.failure += "; " + names + (stuck.size() == 1 ? " does" : " do") +
+                         " not return (a loop that calls no kernel API cannot be stopped): its thread is left running";
+            r.abandoned = true;
+        }
+    }
+    for (size_t i = 0; i < threads.size(); ++i) {
+        if (kernels[i]->finished) {
+            threads[i].join();
+        } else {
+            threads[i].detach();
+        }
+    }
     if (!r.failed) check_balance(r);
-    kernels.clear();
-    for (auto &c : r.cores) give_arena(c->l1);
+    if (r.abandoned) {  // the abandoned threads still use their kernels and cores: leave them to them
+        for (auto &k : kernels) k.release();
+        for (auto &c : r.cores) c.release();
+    } else {
+        kernels.clear();
+        for (auto &c : r.cores) give_arena(c->l1);
+    }
     r.cores.clear();
 }
 
@@ -924,7 +974,8 @@ int ktt_sim_version(void) { return 1; }
 int ktt_sim_run(const ktt_sim_run_desc *run, const ktt_sim_buffer *buffers, int32_t num_buffers,
                 const ktt_sim_core *cores, int32_t num_cores, char *error, size_t error_len) {
     using namespace ktt::sim;
-    Run r;
+    auto owned = std::make_unique<Run>();
+    Run &r = *owned;
     r.desc = run;
     for (int i = 0; i < num_buffers; ++i) {
         const ktt_sim_buffer &b = buffers[i];
@@ -944,6 +995,7 @@ int ktt_sim_run(const ktt_sim_run_desc *run, const ktt_sim_buffer *buffers, int3
     }
     if (!r.failed) return 0;
     std::snprintf(error, error_len, "%s", r.failure.c_str());
+    if (r.abandoned) owned.release();  // an abandoned kernel thread still refers to the run
     return -1;
 }
 
