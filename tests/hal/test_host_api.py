@@ -347,15 +347,16 @@ def test_deadlock_is_reported_at_once(dev):
     err = str(run_failing(dev, _rule_program(None, "WAIT_NEVER_FED"), [x]))
     assert time.perf_counter() - t0 < 5.0
     assert (
-        "program 'broken' deadlocked: compute on core (0,0) waits for 2 pages in CB 0 that no kernel pushes "
-        "(0 of 2 filled)"
+        "program 'broken' deadlocked: compute on core (0,0) (rules_compute.cpp:72): cb_wait_front waits for 2 pages "
+        "in CB 0 that no kernel pushes (0 of 2 filled)"
     ) in err
     err = str(run_failing(dev, _rule_program("WAIT_NEVER_FED", "WAIT_NEVER_FED"), [x]))
-    assert "reader on core (0,0) waits for 1 page in CB 0" in err and "compute on core (0,0) waits for 2 pages" in err
+    assert "reader on core (0,0) (rules_reader.cpp:62): cb_wait_front waits for 1 page in CB 0" in err
+    assert "compute on core (0,0) (rules_compute.cpp:72): cb_wait_front waits for 2 pages" in err
     err = str(run_failing(dev, _rule_program("SEMAPHORE_NEVER_SET"), [x]))
     assert (
-        "deadlocked: reader on core (0,0) waits for the semaphore at L1 offset 0x4030 to be 1, which no kernel "
-        "sets (it is 0)" in err
+        "deadlocked: reader on core (0,0) (rules_reader.cpp:64): noc_semaphore_wait waits for the semaphore at L1 "
+        "offset 0x4030 to be 1, which no kernel sets (it is 0)" in err
     )
     still_usable(dev)
 

@@ -160,7 +160,7 @@ void Run::deadlock() {
     std::string waits;
     for (auto &b : blocked) {
         if (!waits.empty()) waits += "; ";
-        waits += b.first->who + " " + b.second.what();
+        waits += b.first->who + b.second.what();
     }
     fail(fmt("program '%s' deadlocked: %s. Every kernel still running is blocked, so it would hang on a card too: "
              "check that each cb_wait_front is fed by as many cb_push_back pages (and each cb_reserve_back freed "
@@ -175,12 +175,13 @@ void Run::block_until(Kernel *k, const std::function<bool()> &ready, const std::
                       std::unique_lock<std::mutex> &lock, const char *call, Site at) {
     while (!ready()) {
         if (failed) throw Abort{};
-        blocked[k] = Blocked{&ready, what};
+        blocked[k] = Blocked{&ready, [&what, call, at] { return where(at) + ": " + call + " " + what(); }};
         if (static_cast<int>(blocked.size()) >= live && none_ready()) {
             deadlock();
             throw Abort{};
         }
         cv.wait_for(lock, std::chrono::milliseconds(200));
+        blocked.erase(k);  // re-registered on the next round: a state change may have cleared it already
         if (failed) throw Abort{};
         double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_change).count();
         if (idle > desc->stall_seconds) {
@@ -188,7 +189,6 @@ void Run::block_until(Kernel *k, const std::function<bool()> &ready, const std::
                      desc->program, k->who.c_str(), where(at).c_str(), call, what().c_str(), desc->stall_seconds));
             throw Abort{};
         }
-        blocked.erase(k);
     }
     if (failed) throw Abort{};
 }
