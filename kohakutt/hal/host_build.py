@@ -35,9 +35,10 @@ TT_METAL_VERSION = "0.81.1"  # the kernel API the headers follow
 # -ffp-contract=off: the card model's float operations round as written; -fno-strict-aliasing: kernels pun L1.
 CXXFLAGS = ("-std=c++20", "-O2", "-fPIC", "-ffp-contract=off", "-fno-strict-aliasing", "-pthread")
 KERNEL_FLAGS = ("-Wno-deprecated-declarations", "-Wno-unused-parameter")
+# As TT-Metal's reader / writer configs build them: a reader on NCRISC (RISCV_1, NOC 1), a writer on BRISC (NOC 0).
 KIND_DEFINES = {
-    "reader": ("KERNEL_BUILD", "COMPILE_FOR_BRISC", "NOC_INDEX=0"),
-    "writer": ("KERNEL_BUILD", "COMPILE_FOR_NCRISC", "NOC_INDEX=1"),
+    "reader": ("KERNEL_BUILD", "COMPILE_FOR_NCRISC", "NOC_INDEX=1"),
+    "writer": ("KERNEL_BUILD", "COMPILE_FOR_BRISC", "NOC_INDEX=0"),
     "compute": ("KERNEL_BUILD", "COMPILE_FOR_TRISC", "NOC_INDEX=0"),
 }
 FIDELITY_CODES = {"LoFi": 0, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}  # MATH_FIDELITY as the JIT defines it
@@ -155,6 +156,7 @@ class KernelSpec:
 
     def key(self) -> str:
         h = hashlib.sha256(sim_key().encode())
+        h.update(repr((KIND_DEFINES[self.kind], KERNEL_FLAGS)).encode())  # what the build adds for the kind
         h.update(repr((self.source, self.kind, self.path, self.local_headers, self.defines, self.compile_time_args,
                        self.named_compile_time_args, self.math_fidelity, self.fp32_dest_acc_en,
                        self.math_approx_mode)).encode())  # fmt: skip

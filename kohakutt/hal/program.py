@@ -332,8 +332,32 @@ class Work:
 RuntimeArgs = Mapping[str, Mapping[CoreCoord, Sequence[int]] | Sequence[int]]
 RuntimeArgsFn = Callable[[Sequence["Buffer"], Mapping[str, Any]], RuntimeArgs]
 
-_MAIN = re.compile(r"\bvoid\s+(MAIN\b|kernel_main\s*\(\s*(void)?\s*\))")
 _KERNEL_MAIN = re.compile(r"\bvoid\s+kernel_main\s*\(\s*(void)?\s*\)")
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+# The kernel API before TT-Metal 0.81: each form, and what 0.81.1 (the ttnn backend's) takes instead.
+OLD_API: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
+    (re.compile(pattern), old, new)
+    for pattern, old, new in (
+        (r"\bnamespace\s+NAMESPACE\b|\bvoid\s+MAIN\b", "'namespace NAMESPACE { void MAIN { ... } }'",
+         "'void kernel_main() { ... }' at file scope (compute kernels too)"),
+        (r'#\s*include\s*[<"]compute_kernel_api(?:\.h|/)', "#include \"compute_kernel_api/...\"",
+         "#include \"api/compute/...\" (e.g. api/compute/matmul.h)"),
+        (r'#\s*include\s*[<"]dataflow_api\.h[>"]', "#include \"dataflow_api.h\"",
+         "#include \"api/dataflow/dataflow_api.h\""),
+        (r"\bmm_init\s*\(", "mm_init", "compute_kernel_hw_startup once, then matmul_init(in0, in1)"),
+        (r"\bmm_init_short\s*\(", "mm_init_short", "matmul_init(in0, in1[, transpose])"),
+        (r"\bbinary_op_init_common\s*\(", "binary_op_init_common", "compute_kernel_hw_startup(icb0, icb1, ocb)"),
+        (r"\badd_tiles_init\s*\(", "add_tiles_init", "add_init"),
+        (r"\bsub_tiles_init\s*\(", "sub_tiles_init", "sub_init"),
+        (r"\bmul_tiles_init\s*\(", "mul_tiles_init", "mul_init"),
+    )
+)  # fmt: skip
+
+
+def old_api_forms(source: str) -> list[str]:
+    """The pre-0.81 kernel API forms in C++ ``source`` (comments aside), each as "<old>: write <new>"."""
+    code = _COMMENTS.sub("", source)
+    return [f"{old}: write {new}" for pattern, old, new in OLD_API if pattern.search(code)]
 
 
 @dataclass
@@ -477,12 +501,15 @@ class Program:
                             "args are keyed by kernel name)")  # fmt: skip
         for k in self.kernels:
             self._check_grid(f"kernel {k.name!r}", k.cores, card, problems)
-            if k.kind == "compute" and not _MAIN.search(k.source):
-                problems.append(f"compute kernel {k.name!r} has no entry point: its source needs "
-                                "'namespace NAMESPACE { void MAIN { ... } }' (or 'void kernel_main()')")  # fmt: skip
-            if k.kind != "compute" and not _KERNEL_MAIN.search(k.source):
+            old = old_api_forms(k.source)
+            if old:
+                where = f" ({k.path})" if k.path is not None else ""
+                problems.append(f"{k.kind} kernel {k.name!r}{where} is written for the kernel API before TT-Metal "
+                                "0.81, which the card's TT-Metal (0.81.1) no longer has: "
+                                + "; ".join(old))  # fmt: skip
+            elif not _KERNEL_MAIN.search(_COMMENTS.sub("", k.source)):
                 problems.append(f"{k.kind} kernel {k.name!r} has no entry point: its source needs "
-                                "'void kernel_main()'")  # fmt: skip
+                                "'void kernel_main() { ... }'")  # fmt: skip
             for i, a in enumerate(k.compile_time_args):
                 if not 0 <= a < 1 << 32:
                     problems.append(f"compile-time arg {i} of {k.name!r} is {a}, not a uint32")
@@ -611,5 +638,6 @@ def _l1_buffer_bytes_per_core(card: CardSpec, buffers: Sequence[Buffer]) -> int:
 __all__ = [
     "FPU_TILE_CYCLES", "KINDS", "MAX_RUNTIME_ARGS", "NUM_SEMAPHORES", "PROGRAM_LAUNCH_NS", "SFPU_TILE_CYCLES",
     "CircularBuffer", "CoreCoord", "CoreRange", "CoreRangeSet", "Kernel", "MathFidelity", "Program", "RuntimeArgs",
-    "Semaphore", "Work", "aligned_page_size", "read_source", "require_dram", "split_work", "tensor_accessor_args",
+    "Semaphore", "Work", "aligned_page_size", "old_api_forms", "read_source", "require_dram", "split_work",
+    "tensor_accessor_args",
 ]  # fmt: skip

@@ -230,10 +230,14 @@ def test_an_unimplemented_call_fails_at_build_time_naming_it(dev):
 
 
 def test_old_api_spellings_fail_to_build(dev):
-    """The pre-0.81 forms (the old include paths, NAMESPACE / MAIN, mm_init) do not build, as on the card."""
+    """The pre-0.81 forms (the old include paths, NAMESPACE / MAIN, mm_init) do not build, as on the card; program
+    validation refuses them first, naming what to write instead."""
     src = '#include "compute_kernel_api/matmul.h"\nnamespace NAMESPACE {\nvoid MAIN { mm_init(0, 1, 16); }\n}\n'
-    err = str(run_failing(dev, Program("old", [Kernel("compute", src, (0, 0))]), []))
-    assert "it includes compute_kernel_api/matmul.h (compute.cpp:1)" in err
+    kernel = Kernel("compute", src, (0, 0))
+    with pytest.raises(ProgramError, match=r"before TT-Metal 0.81.*write 'void kernel_main\(\) \{ \.\.\. \}'"):
+        dev.run_program(Program("old", [kernel]), [])
+    with pytest.raises(host_build.KernelBuildError, match=r"it includes compute_kernel_api/matmul.h \(compute.cpp:1\)"):
+        host_build.build_kernel(host_build.spec_of(kernel, "old"))
 
 
 def test_builds_are_cached_and_keyed_on_what_they_depend_on(dev):
@@ -299,6 +303,8 @@ def test_unbalanced_cb_at_program_end(dev):
         "program 'broken': CB 0 on core (0,0) ends the program unbalanced: 1 page pushed and never popped "
         "(1 pushed, 0 popped)"
     ) in err
+    err = str(run_failing(dev, _rule_program("RESERVED_ONLY"), [x]))
+    assert "program 'broken': CB 0 on core (0,0) ends the program unbalanced: 1 page reserved and never pushed" in err
     still_usable(dev)
 
 

@@ -625,6 +625,25 @@ def _no_main(p):
                              p.kernels[2]])  # fmt: skip
 
 
+OLD_COMPUTE = """#include "compute_kernel_api/eltwise_binary.h"
+namespace NAMESPACE {
+void MAIN {
+    binary_op_init_common(0, 1, 16);
+    add_tiles_init(0, 1);
+}
+}  // namespace NAMESPACE
+"""
+
+
+def _old_api(p):
+    return _with(p, kernels=[p.kernels[0], dataclasses.replace(p.kernels[1], source=OLD_COMPUTE), p.kernels[2]])
+
+
+def _old_reader(p):
+    src = '#include "dataflow_api.h"\n// comments do not count: void MAIN\nvoid kernel_main() {}\n'
+    return _with(p, kernels=[dataclasses.replace(p.kernels[0], source=src), *p.kernels[1:]])
+
+
 def _cb_index(p):
     return _with(p, cbs=[*p.cbs, CircularBuffer(64, "bfloat16", 2048, 1, (0, 0))])
 
@@ -650,7 +669,13 @@ def _args_for_foreign_core(p):
     (_dup_cb, r"CB 0 is defined 2 times on core \(1, 0\); a CB index is unique per core"),
     (_second_reader, r"core \(2, 0\) has two reader kernels \('reader' and 'reader2'\)"),
     (_off_grid, r"covers cores \(11,0\)-\(13,0\), outside the 13 x 10 worker grid"),
-    (_no_main, r"compute kernel 'compute' has no entry point"),
+    (_no_main, r"compute kernel 'compute' has no entry point: its source needs 'void kernel_main\(\) \{ \.\.\. \}'"),
+    (_old_api, r"compute kernel 'compute' is written for the kernel API before TT-Metal 0.81.*'namespace NAMESPACE "
+               r"\{ void MAIN \{ \.\.\. \} \}': write 'void kernel_main\(\) \{ \.\.\. \}' at file scope.*"
+               r"compute_kernel_api/\.\.\.\": write #include \"api/compute/\.\.\.\".*binary_op_init_common: write "
+               r"compute_kernel_hw_startup.*add_tiles_init: write add_init"),
+    (_old_reader, r"reader kernel 'reader' is written for the kernel API before TT-Metal 0.81.*: #include "
+                  r"\"dataflow_api.h\": write #include \"api/dataflow/dataflow_api.h\"$"),
     (_cb_index, r"CB 64: CB indices are 0..63"),
     (_bfp8_page, r"CB 16 holds bfloat8_b in 2048 B pages; a bfloat8_b page is whole tiles of 1088 B"),
     (_too_many_args, r"reader on core \(0, 0\) has 342 runtime args, more than Metalium's 341"),

@@ -14,6 +14,7 @@ meant for the current API. Results are cached by the command line and the conten
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -76,6 +77,7 @@ class Replay:
         return [d for d in self.diagnostics if d.severity != "warning" and id(d) not in counted]
 
 
+@functools.cache
 def _resolved(p: str) -> str:
     try:
         return str(Path(p).resolve())

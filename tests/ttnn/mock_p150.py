@@ -109,10 +109,9 @@ class MockP150:
     def run(self, args: list[str], *, input: str | None = None, timeout: float = 600,
             **extra_env: str) -> subprocess.CompletedProcess:  # fmt: skip
         """Run the TT-NN venv's Python with ``args`` against the mock; output captured as text. It runs in the
-        mock's cache folder: TT-Metal writes files of its own (``generated/``) into the working directory."""
-        self.cache.mkdir(parents=True, exist_ok=True)
+        mock's work folder: TT-Metal writes a ``generated/`` folder into the current one."""
         return subprocess.run([str(self.python), *args], input=input, capture_output=True, text=True,
-                              env=self.env(**extra_env), timeout=timeout, cwd=self.cache)  # fmt: skip
+                              env=self.env(**extra_env), timeout=timeout, cwd=self.root.parent)  # fmt: skip
 
     def commands(self) -> list[dict]:
         """The compiler command lines the JIT issued since the last :meth:`clear_commands`, oldest first: each

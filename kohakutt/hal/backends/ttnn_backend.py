@@ -56,8 +56,9 @@ TTNN_NAMES: tuple[str, ...] = (
     "typecast", "to_layout", "to_memory_config",
     # programs
     "generic_op", "ProgramDescriptor", "KernelDescriptor", "KernelDescriptor.SourceType.SOURCE_CODE",
-    "CBDescriptor", "CBFormatDescriptor", "SemaphoreDescriptor", "ReaderConfigDescriptor", "WriterConfigDescriptor",
-    "ComputeConfigDescriptor", "DataMovementConfigDescriptor", "TensorAccessorArgs",
+    "KernelDescriptor.SourceType.FILE_PATH", "CBDescriptor", "CBFormatDescriptor", "SemaphoreDescriptor",
+    "ReaderConfigDescriptor", "WriterConfigDescriptor", "ComputeConfigDescriptor", "DataMovementConfigDescriptor",
+    "TensorAccessorArgs",
     "TensorAccessorArgs.get_compile_time_args", "RuntimeArgs", "CoreCoord", "CoreRange", "CoreRangeSet",
     # numerics
     "MathFidelity.LoFi", "MathFidelity.HiFi2", "MathFidelity.HiFi3", "MathFidelity.HiFi4",

@@ -384,6 +384,8 @@ def compute(c: Any) -> None:
             c.cb_pop_front(CB_M, 1)
             c.cb_pop_front(CB_O, s.dvt)
         c.cb_pop_front(CB_Q, s.dt)
+    for cb in (CB_SCALER, CB_ONES_ROW, CB_FLOOR, CB_ZERO):
+        c.cb_pop_front(cb, 1)
 
 
 _COL0 = _TILE_INDEX[:, 0]
@@ -409,6 +411,9 @@ def writer(k: Any) -> None:
         k.noc_async_write_barrier()
         k.cb_pop_front(CB_LSE, 1)
     k.noc_async_write_barrier()
+    k.cb_push_back(CB_LSE_ROW, 1)  # the scratch page goes back: every CB ends the program balanced
+    k.cb_wait_front(CB_LSE_ROW, 1)
+    k.cb_pop_front(CB_LSE_ROW, 1)
 
 
 # ------------------------------------------------------------------------------------------------ the program

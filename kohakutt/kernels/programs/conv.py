@@ -96,6 +96,7 @@ FLAG_NAMES = ("channels_last", "fp32_acc", "has_bias", "out_bf16", "w_resident")
 # kernel's first unit and units; the writer's output address, first unit, units and the output's aligned page size.
 SHAPE_AT = {"reader": 8, "compute": 2, "writer": 4}
 
+
 @dataclass(frozen=True)
 class ConvShape:
     """A 2-d convolution's sizes and flags, as the kernels take them: the sizes n..ow are the shape block of every
@@ -268,8 +269,9 @@ def conv_spec(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping[str
     return ConvSpec(shape, _row_major_format(x_dtype, "input"), w_fmt, bias_fmt, out_fmt, fid)
 
 
-def _shape(g: ConvGeometry, fp32_acc: bool, has_bias: bool, out_bf16: bool, w_fmt: Format,
-           w_resident: bool | None) -> ConvShape:
+def _shape(
+    g: ConvGeometry, fp32_acc: bool, has_bias: bool, out_bf16: bool, w_fmt: Format, w_resident: bool | None
+) -> ConvShape:
     two = (lambda v: (1, v[0])) if g.d == 1 else (lambda v: tuple(v))
     (h, w), (kh, kw), (sh, sw), (dh, dw), (oh, ow) = (two(v) for v in (g.spatial, g.kernel, g.stride, g.dilation,
                                                                         g.out_spatial))  # fmt: skip
@@ -412,6 +414,16 @@ def reader(k: Any) -> None:
                 for j in range(nbw):
                     _bias_tile(k, s, bias_row, g, t0 + j, k.get_write_ptr(CB_BIAS) + j * k.get_tile_size(CB_BIAS))
                 k.cb_push_back(CB_BIAS, s.nb)
+    _release_scratch(k, CB_SPAN)
+    if bias_row is not None:
+        _release_scratch(k, CB_BIAS_ROW)
+
+
+def _release_scratch(k: Any, cb: int) -> None:
+    """Twin of ``release_scratch``: the scratch page goes back, so every CB ends the program balanced."""
+    k.cb_push_back(cb, 1)
+    k.cb_wait_front(cb, 1)
+    k.cb_pop_front(cb, 1)
 
 
 def _pack_block(c: Any, cb: int, n: int) -> None:
@@ -538,6 +550,7 @@ def writer(k: Any) -> None:
                 k.noc_async_writes_flushed()
             k.cb_pop_front(CB_OUT, 1)
     k.noc_async_write_barrier()
+    _release_scratch(k, CB_STAGE)
 
 
 # ------------------------------------------------------------------------------------------------ the program
@@ -598,14 +611,25 @@ def conv_program(spec: ConvSpec, max_cores: int | None = None) -> Program:
         w_reads = sum(len({u // s.mt for u in range(s0, s0 + n)}) for _, s0, n in split_work(s.units, cores))
     else:  # once per M tile
         w_reads = s.units
-    dram = (s.units * TILE * s.kh * s.kw * s.cg * x_item  # every tap's sticks, once per unit
-            + w_reads * s.w_tiles * spec.w_fmt.tile_bytes
-            + s.m * s.k * out_item + (s.units * s.nt * TILE * (spec.bias_fmt.itemsize if spec.bias_fmt else 0)))
+    dram = (
+        s.units * TILE * s.kh * s.kw * s.cg * x_item  # every tap's sticks, once per unit
+        + w_reads * s.w_tiles * spec.w_fmt.tile_bytes
+        + s.m * s.k * out_item
+        + (s.units * s.nt * TILE * (spec.bias_fmt.itemsize if spec.bias_fmt else 0))
+    )
     extra = (1 if s.has_bias else 0) + (0 if s.fp32_acc else (s.kh - 1) + (0 if s.out_bf16 else 1))
     work = Work(dram_bytes=dram, matmul_tiles=out_tiles * k_tiles,
                 fpu_tiles=s.units * k_tiles + out_tiles * extra)  # fmt: skip
-    compute_kernel = Kernel("compute", SOURCES / "compute.cpp", cores, compute, compile_time_args=ct,
-                            math_fidelity=spec.fidelity.name, fp32_dest_acc_en=True, math_approx_mode=False)
+    compute_kernel = Kernel(
+        "compute",
+        SOURCES / "compute.cpp",
+        cores,
+        compute,
+        compile_time_args=ct,
+        math_fidelity=spec.fidelity.name,
+        fp32_dest_acc_en=True,
+        math_approx_mode=False,
+    )
     return Program(
         "ktt_conv2d",
         [Kernel("reader", SOURCES / "reader.cpp", cores, reader, compile_time_args=reader_ct), compute_kernel,

@@ -377,7 +377,8 @@ def split_geometry(shape: Sequence[int], dim: int) -> tuple[int, int]:
         if half % TILE:
             raise KohakuTTUnsupportedOperator(
                 f"swiglu's own program splits whole tiles: dim {dim} of {tuple(shape)} splits into halves of {half}, "
-                "not a multiple of 32; the simulator's model (kernels.run) computes this split")
+                "not a multiple of 32; the simulator's model (kernels.run) computes this split"
+            )
         return half // TILE, (wt if d == nd - 2 else 1)
     return half, math.prod(shape[d + 1 : nd - 2]) * ht * wt
 
@@ -424,7 +425,8 @@ def rotary_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], at
     if form is None:
         raise KohakuTTUnsupportedOperator(
             f"the own rotary program takes a head_dim up to 32 or a multiple of 64 for the half form, got {head_dim}; "
-            "the simulator's model (kernels.run) computes other widths")
+            "the simulator's model (kernels.run) computes other widths"
+        )
     p = padded_shape(shape)
     ht, wt = p[-2] // TILE, p[-1] // TILE
     matrices = math.prod(p[:-2])
@@ -439,7 +441,8 @@ def rotary_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], at
             if math.prod(padded_shape(c.shape)[:-2]) != 1:
                 raise KohakuTTUnsupportedOperator(
                     f"the own rotary program takes {n} with one (seq, head_dim) matrix or one per matrix of x; got "
-                    f"{c.shape} for x {shape}: expand it first, or use kernels.run")
+                    f"{c.shape} for x {shape}: expand it first, or use kernels.run"
+                )
 
     def args(bufs: Sequence[Buffer], rt: Mapping[str, Any]) -> dict[str, Any]:
         sp = split_work(tiles, cores)
@@ -500,7 +503,8 @@ def build(op: str, ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], at
         if t.dtype is DType.FLOAT32 or not t.dtype.is_float:
             raise KohakuTTUnsupportedOperator(
                 f"{op}'s own program takes bfloat16 or block-float tensors, got {t.dtype.value}: float32 operands run "
-                "TT-NN's SFPU path (kernels.run picks it), the FPU would truncate them to TF32")
+                "TT-NN's SFPU path (kernels.run picks it), the FPU would truncate them to TF32"
+            )
     small = {"bias_gelu": ins[1:], "rotary_embedding": ins[1:], "rotary_embedding_backward": ins[1:]}.get(op, ())
     for t in small:
         if t.dtype is not DType.BFLOAT16:

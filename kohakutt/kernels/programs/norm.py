@@ -362,8 +362,14 @@ def rowwise_program(cfg: NormConfig, rows: int, max_cores: int = 8) -> Program:
     )  # fmt: skip
 
 
-def run_rowwise_program(device: Any, cfg: NormConfig, x: np.ndarray, residual: np.ndarray | None = None,
-                        weight: np.ndarray | None = None, bias: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def run_rowwise_program(
+    device: Any,
+    cfg: NormConfig,
+    x: np.ndarray,
+    residual: np.ndarray | None = None,
+    weight: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
     """Run :func:`rowwise_program` on ``device`` over (R, W) host values (stored as ``cfg``'s formats say); return
     the downloaded outputs by name (statistics as (R,) float32)."""
     rows = x.shape[0]

@@ -835,17 +835,23 @@ void body(Kernel *k) {
     tls_kernel = nullptr;
 }
 
-// The end of a program: every page pushed into a CB was popped, on every core (a page left behind is work no kernel
-// consumed). Pages reserved and never pushed are a kernel's scratch L1 (a common idiom) and may stay.
+// The end of a program: on every core, every page reserved in a CB was pushed and every page pushed was popped (a
+// page left behind is work no kernel consumed, or a consumer that stopped early; a scratch page is pushed, waited for
+// and popped too).
 void check_balance(Run &r) {
     for (auto &core : r.cores)
         for (CB &c : core->cbs) {
-            if (c.pushed == c.popped) continue;
-            r.fail(fmt("program '%s': CB %d on core (%d,%d) ends the program unbalanced: %s pushed and never popped "
-                       "(%" PRIu64 " pushed, %" PRIu64 " popped). Every cb_push_back needs its cb_wait_front / "
-                       "cb_pop_front: a page no kernel consumes is lost work, or a consumer that stopped early",
-                       r.desc->program, c.index, core->x, core->y, plural(c.pushed - c.popped, "page").c_str(),
-                       c.pushed, c.popped));
+            if (c.pushed == c.popped && c.reserved == 0) continue;
+            std::string what;
+            if (c.pushed != c.popped)
+                what = fmt("%s pushed and never popped (%" PRIu64 " pushed, %" PRIu64 " popped)",
+                           plural(c.pushed - c.popped, "page").c_str(), c.pushed, c.popped);
+            else
+                what = fmt("%s reserved and never pushed", plural(c.reserved, "page").c_str());
+            r.fail(fmt("program '%s': CB %d on core (%d,%d) ends the program unbalanced: %s. Every cb_reserve_back "
+                       "needs its cb_push_back and every cb_push_back its cb_wait_front / cb_pop_front (a scratch "
+                       "page too)",
+                       r.desc->program, c.index, core->x, core->y, what.c_str()));
             return;
         }
 }

@@ -6,8 +6,8 @@
 #include <cstdint>
 
 constexpr uint32_t TILE = 32;
-constexpr uint32_t DST_TILES = 4;  // an fp32 DST in half-sync mode: the output tiles one block accumulates
-constexpr uint32_t DRAM_ALIGN = 64;  // Blackhole: a DRAM read's L1 and NOC addresses agree modulo 64 B
+constexpr uint32_t DST_TILES = 4;     // an fp32 DST in half-sync mode: the output tiles one block accumulates
+constexpr uint32_t DRAM_ALIGN = 64;   // Blackhole: a DRAM read's L1 and NOC addresses agree modulo 64 B
 constexpr uint32_t WRITE_ALIGN = 16;  // and a write's (to DRAM or L1) modulo 16 B
 constexpr bool CHANNELS_LAST = get_compile_time_arg_val(0) == 1;
 constexpr bool FP32_ACC = get_compile_time_arg_val(1) == 1;
@@ -76,6 +76,10 @@ inline void for_each_run(const Shape& s, uint32_t mt, F f) {
 }
 
 // Where element (r, c) of a 32 x 32 tile sits in its four 16 x 16 faces (F0 F1 / F2 F3, each row-major).
-inline uint32_t face_index(uint32_t r, uint32_t c) { return ((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15); }
+inline uint32_t face_index(uint32_t r, uint32_t c) {
+    return ((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15);
+}
 
-inline uint32_t round_up(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
+inline uint32_t round_up(uint32_t v, uint32_t a) {
+    return (v + a - 1) / a * a;
+}

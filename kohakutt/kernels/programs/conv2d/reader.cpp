@@ -14,6 +14,13 @@
 constexpr uint32_t cb_act_rm = tt::CBIndex::c_0, cb_w = tt::CBIndex::c_2;
 constexpr uint32_t cb_bias = tt::CBIndex::c_3, cb_span = tt::CBIndex::c_4, cb_bias_row = tt::CBIndex::c_5;
 
+// Hands a scratch page reserved for the whole run back: every CB ends the program balanced.
+inline void release_scratch(uint32_t cb) {
+    cb_push_back(cb, 1);
+    cb_wait_front(cb, 1);
+    cb_pop_front(cb, 1);
+}
+
 inline void fill_zero(uint32_t l1, uint32_t bytes) {
     volatile tt_l1_ptr uint32_t* p = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(l1);
     for (uint32_t i = 0; i < bytes / 4; ++i) {
@@ -141,7 +148,7 @@ void kernel_main() {
     const uint32_t x_item = get_tile_size(cb_act_rm) / (TILE * TILE);
     const uint32_t tw = get_tile_size(cb_w), tb = HAS_BIAS ? get_tile_size(cb_bias) : 0;
 
-    cb_reserve_back(cb_span, 1);  // scratch for input rows or sticks, never pushed
+    cb_reserve_back(cb_span, 1);  // scratch for input rows or sticks, for the whole run
     const uint32_t scratch = round_up(get_write_ptr(cb_span), DRAM_ALIGN);
     uint32_t bias_row = 0;
     if constexpr (HAS_BIAS) {  // the bias row, read once, kept for the whole run
@@ -204,5 +211,9 @@ void kernel_main() {
                 cb_push_back(cb_bias, s.nb);
             }
         }
+    }
+    release_scratch(cb_span);
+    if constexpr (HAS_BIAS) {
+        release_scratch(cb_bias_row);
     }
 }

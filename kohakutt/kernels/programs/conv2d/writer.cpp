@@ -11,6 +11,13 @@
 
 constexpr uint32_t cb_out = tt::CBIndex::c_16, cb_stage = tt::CBIndex::c_26;
 
+// Hands a scratch page reserved for the whole run back: every CB ends the program balanced.
+inline void release_scratch(uint32_t cb) {
+    cb_push_back(cb, 1);
+    cb_wait_front(cb, 1);
+    cb_pop_front(cb, 1);
+}
+
 template <typename T, typename Accessor>
 inline void write_tile(const Shape& s, const Accessor& out, uint32_t g, uint32_t mt, uint32_t t, uint32_t src,
                        uint32_t stage) {
@@ -54,7 +61,7 @@ void kernel_main() {
     constexpr auto out_args = TensorAccessorArgs<FLAG_ARGS>();
     const auto out = TensorAccessor(out_args, out_addr, out_page);
     const uint32_t item = get_tile_size(cb_out) / (TILE * TILE);
-    cb_reserve_back(cb_stage, 1);  // scratch: 32 slots, never pushed
+    cb_reserve_back(cb_stage, 1);  // scratch: 32 slots, for the whole run
     const uint32_t stage = round_up(get_write_ptr(cb_stage), WRITE_ALIGN);
     for (uint32_t u = start; u < start + count; ++u) {
         const uint32_t g = u / s.mt, mt = u % s.mt;
@@ -69,4 +76,5 @@ void kernel_main() {
         }
     }
     noc_async_write_barrier();
+    release_scratch(cb_stage);
 }

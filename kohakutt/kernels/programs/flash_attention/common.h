@@ -1,6 +1,6 @@
-// Flash attention forward: what the reader, compute and writer kernels share (see kohakutt/kernels/programs/attention.py).
-// Compile-time args 0-1: causal, has_mask (they choose code paths). Every size is a runtime arg: each kernel's own
-// args, then the shape block below, so a new shape compiles nothing.
+// Flash attention forward: what the reader, compute and writer kernels share (see
+// kohakutt/kernels/programs/attention.py). Compile-time args 0-1: causal, has_mask (they choose code paths). Every size
+// is a runtime arg: each kernel's own args, then the shape block below, so a new shape compiles nothing.
 #pragma once
 
 #include <cstdint>
@@ -56,4 +56,6 @@ inline bool needs_mask(const Shape& s, uint32_t qt, uint32_t kt) {
 }
 
 // Where element (r, c) of a 32 x 32 tile sits in its four 16 x 16 faces (F0 F1 / F2 F3, each row-major).
-inline uint32_t face_index(uint32_t r, uint32_t c) { return ((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15); }
+inline uint32_t face_index(uint32_t r, uint32_t c) {
+    return ((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15);
+}

@@ -102,7 +102,8 @@ void kernel_main() {
             // m = max(rowmax S, M_old) in column 0, then M = m broadcast along rows
             cb_wait_front(cb_s, K_CHUNK_TILES);
             const uint32_t cb_mold = first ? cb_floor : cb_m;
-            if (!first) cb_wait_front(cb_m, 1);
+            if (!first)
+                cb_wait_front(cb_m, 1);
             tile_regs_acquire();
             reconfig_data_format(cb_s, cb_scaler);
             reduce_init<PoolType::MAX, ReduceDim::REDUCE_ROW>(cb_s, cb_scaler, cb_mcol);
@@ -165,11 +166,13 @@ void kernel_main() {
             cb_reserve_back(cb_l, 1);
             pack_dst0(cb_l, 0);
             cb_push_back(cb_l, 1);
-            if (!first) cb_pop_front(cb_l, 1);
+            if (!first)
+                cb_pop_front(cb_l, 1);
 
             // O_t = alpha * O_t + sum_j P_j V_jt
             cb_wait_front(cb_v, K_CHUNK_TILES * s.dvt);
-            if (!first) cb_wait_front(cb_o, s.dvt);
+            if (!first)
+                cb_wait_front(cb_o, s.dvt);
             cb_reserve_back(cb_o, s.dvt);
             for (uint32_t t = 0; t < s.dvt; ++t) {
                 tile_regs_acquire();
@@ -244,4 +247,8 @@ void kernel_main() {
         }
         cb_pop_front(cb_q, s.dt);
     }
+    cb_pop_front(cb_scaler, 1);  // the constant tiles: every CB ends the program balanced
+    cb_pop_front(cb_ones_row, 1);
+    cb_pop_front(cb_floor, 1);
+    cb_pop_front(cb_zero, 1);
 }

@@ -45,7 +45,8 @@ void kernel_main() {
             i = j ^ 1;
             v = (j & 1) ? 0x3F80 : 0xBF80;
         } else {
-            if (j >= head_dim) continue;
+            if (j >= head_dim)
+                continue;
             i = j < half ? j + half : j - half;
             v = j < half ? 0xBF80 : 0x3F80;
         }
