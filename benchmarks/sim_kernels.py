@@ -274,6 +274,10 @@ def _sdpa_program(quick: bool) -> tuple[object, list, Fn]:
         rq, rk, rv, is_causal=True)  # fmt: skip
 
 
+def _cell(v: float | None, width: int) -> str:
+    return f"{v:{width}.2f}" if v is not None else f"{'-':>{width}}"
+
+
 def run_programs(quick: bool, repeat: int, only: str | None = None) -> list[dict]:
     rows = []
     for case in PROGRAMS:
@@ -361,12 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{'own program':<14} {'shape':<30} {'C++ ms':>9} {'twin ms':>9} {'torch ms':>9} {'C++/twin':>8} "
               f"{'C++/torch':>9}  met")  # fmt: skip
         for r in programs:
-            def f(v: float | None, w: int, p: int = 2) -> str:
-                return f"{v:{w}.{p}f}" if v is not None else f"{'-':>{w}}"
-
             met = "-" if r["met"] is None else "yes" if r["met"] else "NO"
-            print(f"{r['program']:<14} {r['shape']:<30} {f(r['cpp_ms'], 9)} {f(r['twin_ms'], 9)} "
-                  f"{f(r['torch_ms'], 9)} {f(r['cpp_over_twin'], 8)} {f(r['cpp_over_torch'], 9)}  {met}"
+            print(f"{r['program']:<14} {r['shape']:<30} {_cell(r['cpp_ms'], 9)} {_cell(r['twin_ms'], 9)} "
+                  f"{_cell(r['torch_ms'], 9)} {_cell(r['cpp_over_twin'], 8)} {_cell(r['cpp_over_torch'], 9)}  {met}"
                   + (f"  ({r['note']})" if r["note"] else ""))  # fmt: skip
     if args.json:
         print(

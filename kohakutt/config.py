@@ -115,7 +115,7 @@ KNOBS: dict[str, Knob] = {
              "tinygrad float32 matmuls: `card` is one matmul on TF32 operands (about 1e-3 relative), `split` six "
              "matmuls on bf16-split operands (float32 accuracy)."),
     ]
-}
+}  # fmt: skip
 
 _cache: dict[str, Any] = {}
 

@@ -31,8 +31,17 @@ HEADER = RUNTIME_DIR / "ktt_runtime.h"
 LIBRARY_NAME = "libktt_runtime.so"
 # -O3 and per-function CPU clones in the source; never -march=native: the cache may be shared between machines.
 # -ffp-contract=off: every float operation of the card model rounds as written (no fused multiply-adds).
-CFLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-pthread", "-ffp-contract=off", "-Wall", "-Wextra",
-          "-Wno-unused-parameter")
+CFLAGS = (
+    "-O3",
+    "-std=c11",
+    "-fPIC",
+    "-shared",
+    "-pthread",
+    "-ffp-contract=off",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+)
 
 
 class NativeBuildError(KohakuTTError):

@@ -33,16 +33,16 @@ def _f32(x: npt.ArrayLike) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def _ptr(a: np.ndarray) -> object:
-    n = _native.lib()
-    return n.ffi.from_buffer("float[]", a, require_writable=a.flags.writeable)
+def _ptr(a: np.ndarray, out: bool = False) -> object:
+    """A C pointer to ``a``'s float32 data (``out``: the function writes it)."""
+    return _native.lib().ffi.from_buffer("float[]", a, require_writable=out)
 
 
 def source_register(x: npt.ArrayLike, fp32_acc: bool) -> np.ndarray:
     """What the unpacker puts in SrcA / SrcB: float32 truncated to TF32 (FP32 DST) or to BF16 (16-bit DST)."""
     a = _f32(x)
     out = np.empty_like(a)
-    _native.lib().lib.ktt_source_register(_ptr(a), _ptr(out), a.size, int(fp32_acc))
+    _native.lib().lib.ktt_source_register(_ptr(a), _ptr(out, True), a.size, int(fp32_acc))
     return out
 
 
@@ -51,7 +51,7 @@ def fidelity_slice(x: npt.ArrayLike, operand: int, phase: int, fp32_acc: bool) -
     as values; Inf and NaN appear in phase 0 and PHASE_ALL only."""
     a = _f32(x)
     out = np.empty_like(a)
-    _native.lib().lib.ktt_fidelity_slice(_ptr(a), _ptr(out), a.size, int(operand), int(phase), int(fp32_acc))
+    _native.lib().lib.ktt_fidelity_slice(_ptr(a), _ptr(out, True), a.size, int(operand), int(phase), int(fp32_acc))
     return out
 
 
@@ -59,7 +59,7 @@ def fpu_mul(srca: npt.ArrayLike, srcb: npt.ArrayLike, phases: int, fp32_acc: boo
     """``mul_tiles``: DST after adding each fidelity phase's product (source-register operands, broadcast)."""
     a, b = (np.ascontiguousarray(v) for v in np.broadcast_arrays(_f32(srca), _f32(srcb)))
     out = np.empty_like(a)
-    _native.lib().lib.ktt_fpu_mul(_ptr(a), _ptr(b), _ptr(out), a.size, int(phases), int(fp32_acc))
+    _native.lib().lib.ktt_fpu_mul(_ptr(a), _ptr(b), _ptr(out, True), a.size, int(phases), int(fp32_acc))
     return out
 
 
@@ -70,7 +70,7 @@ def matmul_tile(dst: npt.ArrayLike, in0: npt.ArrayLike, in1: npt.ArrayLike, phas
     a, b = _f32(in0), _f32(in1)
     if out.shape != (TILE, TILE) or a.shape != (TILE, TILE) or b.shape != (TILE, TILE):
         raise ValueError(f"matmul_tile takes 32 x 32 tiles, got {out.shape}, {a.shape}, {b.shape}")
-    _native.lib().lib.ktt_fpu_matmul_tile(_ptr(out), _ptr(a), _ptr(b), int(phases), int(fp32_acc))
+    _native.lib().lib.ktt_fpu_matmul_tile(_ptr(out, True), _ptr(a), _ptr(b), int(phases), int(fp32_acc))
     return out
 
 
@@ -80,7 +80,7 @@ def reduce_tile(dst: npt.ArrayLike, x: npt.ArrayLike, scaler: float, pool: str, 
     out = np.array(dst, dtype=np.float32, copy=True, order="C")
     a = _f32(x)
     d = {"row": 0, "col": 1, "scalar": 2}[dim]
-    _native.lib().lib.ktt_fpu_reduce_tile(_ptr(out), _ptr(a), float(np.float32(scaler)), int(pool == "max"), d,
+    _native.lib().lib.ktt_fpu_reduce_tile(_ptr(out, True), _ptr(a), float(np.float32(scaler)), int(pool == "max"), d,
                                           int(phases), int(fp32_acc), int(fresh))  # fmt: skip
     return out
 
@@ -94,7 +94,7 @@ def sfpu(op: str, x: npt.ArrayLike, approx: bool = False, param: float = 0.0) ->
         raise KohakuTTUnsupportedOperator(f"sfpu: no op {op!r}; the SFPU ops are {', '.join(SFPU_OPS)}")
     a = _f32(x)
     out = np.empty_like(a)
-    _native.lib().lib.ktt_sfpu(code, _ptr(a), _ptr(out), a.size, int(approx), float(np.float32(param)))
+    _native.lib().lib.ktt_sfpu(code, _ptr(a), _ptr(out, True), a.size, int(approx), float(np.float32(param)))
     return out
 
 

@@ -11,8 +11,10 @@ time, with a :class:`KernelBuildError` naming it and the kernel's file and line.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import hashlib
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -128,8 +130,9 @@ def sim_library() -> SimLibrary:
     try:
         handle = ffi.dlopen(str(path))
     except OSError as e:
-        raise _native.NativeBuildError(f"cannot load the simulator core {path}: {e}; delete that folder to "
-                                       "rebuild it") from e
+        raise _native.NativeBuildError(
+            f"cannot load the simulator core {path}: {e}; delete that folder to rebuild it"
+        ) from e
     return SimLibrary(ffi, handle, path)
 
 
@@ -201,9 +204,11 @@ def _command_defines(spec: KernelSpec) -> list[str]:
         named = ",".join(f'{{"{k}",{v}}}' for k, v in spec.named_compile_time_args)
         out.append(f"-DKERNEL_COMPILE_TIME_ARG_MAP={named}")
     if spec.kind == "compute":
-        out += [f"-DKTT_MATH_FIDELITY={FIDELITY_CODES[spec.math_fidelity]}",
-                f"-DKTT_DST_ACCUM_MODE={int(spec.fp32_dest_acc_en)}",
-                f"-DKTT_APPROX={int(spec.math_approx_mode)}"]
+        out += [
+            f"-DKTT_MATH_FIDELITY={FIDELITY_CODES[spec.math_fidelity]}",
+            f"-DKTT_DST_ACCUM_MODE={int(spec.fp32_dest_acc_en)}",
+            f"-DKTT_APPROX={int(spec.math_approx_mode)}",
+        ]
     return out
 
 
@@ -242,6 +247,17 @@ def build_kernel(spec: KernelSpec) -> KernelBinary:
     return binary
 
 
+def build_kernels(specs: dict[str, KernelSpec]) -> dict[str, KernelBinary]:
+    """Several kernels built at once (the compiler runs in parallel for those not cached); the first failure is
+    raised once all have finished."""
+    if len(specs) < 2:
+        return {name: build_kernel(spec) for name, spec in specs.items()}
+    sim_library()  # once, before the kernels that link against it
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(specs), os.cpu_count() or 1)) as pool:
+        futures = {name: pool.submit(build_kernel, spec) for name, spec in specs.items()}
+    return {name: f.result() for name, f in futures.items()}
+
+
 _NOT_DECLARED = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):\d+: error: '(?P<name>[^']+)' (?:was not declared in "
                            r"this scope|is not a member of '[^']*'|has not been declared)", re.M)  # fmt: skip
 _NO_HEADER = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):\d+: fatal error: (?P<name>[^:\n]+): No such file", re.M)
@@ -263,8 +279,10 @@ def explain(spec: KernelSpec, stderr: str) -> str:
     headers = list(_NO_HEADER.finditer(stderr))
     if headers:
         m = headers[0]
-        return (f"{head}: it includes {m.group('name')} ({Path(m.group('file')).name}:{m.group('line')}), which "
-                f"{api} does not implement; 0.81.1's includes are api/dataflow/dataflow_api.h and api/compute/...")
+        return (
+            f"{head}: it includes {m.group('name')} ({Path(m.group('file')).name}:{m.group('line')}), which "
+            f"{api} does not implement; 0.81.1's includes are api/dataflow/dataflow_api.h and api/compute/..."
+        )
     errors = [f"{Path(m.group('file')).name}:{m.group('line')}: {m.group('msg')}" for m in _ERROR.finditer(stderr)]
     detail = "; ".join(list(dict.fromkeys(errors))[:4]) if errors else stderr.strip()[-2000:]
     return f"{head}: {detail}"
@@ -275,5 +293,5 @@ def compile_flags(spec: KernelSpec) -> list[str]:
     return [*CXXFLAGS, *KERNEL_FLAGS, f"-I{INCLUDE_DIR}", *_command_defines(spec)]
 
 
-__all__ = ["KernelBinary", "KernelBuildError", "KernelSpec", "SimLibrary", "build_kernel", "explain",
+__all__ = ["KernelBinary", "KernelBuildError", "KernelSpec", "SimLibrary", "build_kernel", "build_kernels", "explain",
            "sim_library", "spec_of"]  # fmt: skip

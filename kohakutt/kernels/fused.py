@@ -448,7 +448,7 @@ ktt_rotary_backward_cost = _own(ttnn_rotary_backward_cost, _ktt_rotary_cycles)
 # ------------------------------------------------------------------------------------------------ registration
 sim("bias_gelu", estimate=ttnn_bias_gelu_cost)(_nonempty(ttnn_bias_gelu))
 sim("bias_gelu", provider="ktt", estimate=ktt_bias_gelu_cost, program=programs.bias_gelu_program)(
-    _nonempty(ktt_bias_gelu))
+    _nonempty(ktt_bias_gelu))  # fmt: skip
 sim("bias_gelu_backward", estimate=ttnn_bias_gelu_backward_cost)(_nonempty(ttnn_bias_gelu_backward))
 sim("silu_mul", estimate=ttnn_silu_mul_cost)(_nonempty(ttnn_silu_mul))
 sim("silu_mul", provider="ktt", estimate=ktt_silu_mul_cost, program=programs.glu_program)(_nonempty(ktt_silu_mul))
@@ -458,10 +458,11 @@ sim("swiglu", provider="ktt", estimate=ktt_swiglu_cost, program=programs.glu_pro
 sim("swiglu_backward", estimate=ttnn_swiglu_backward_cost)(_nonempty(ttnn_swiglu_backward))
 sim("rotary_embedding", estimate=ttnn_rotary_cost)(_nonempty(ttnn_rotary))
 sim("rotary_embedding", provider="ktt", estimate=ktt_rotary_cost, program=programs.rotary_program)(
-    _nonempty(ktt_rotary))
+    _nonempty(ktt_rotary))  # fmt: skip
 sim("rotary_embedding_backward", estimate=ttnn_rotary_backward_cost)(_nonempty(ttnn_rotary_backward))
 sim("rotary_embedding_backward", provider="ktt", estimate=ktt_rotary_backward_cost,
-    program=programs.BUILDERS["rotary_embedding_backward"])(_nonempty(lambda call: ktt_rotary(call, backward=True)))
+    program=programs.BUILDERS["rotary_embedding_backward"])(
+    _nonempty(lambda call: ktt_rotary(call, backward=True)))  # fmt: skip
 
 
 # ============================================================================================ TT-NN (a real card)

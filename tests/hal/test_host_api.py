@@ -218,8 +218,11 @@ def test_an_unimplemented_call_fails_at_build_time_naming_it(dev):
     prog = Program("missing", [Kernel("compute", HOST / "unimplemented_call.cpp", (0, 0))])
     err = run_failing(dev, prog, [])
     assert isinstance(err, host_build.KernelBuildError)
-    assert re.search(r"it calls exp2_tile_init \(unimplemented_call\.cpp:8\), exp2_tile \(unimplemented_call\.cpp:10\)"
-                     r", which Kohaku-TT's host build of the TT-Metal 0.81.1 kernel API does not implement", str(err))
+    assert re.search(
+        r"it calls exp2_tile_init \(unimplemented_call\.cpp:8\), exp2_tile \(unimplemented_call\.cpp:10\)"
+        r", which Kohaku-TT's host build of the TT-Metal 0.81.1 kernel API does not implement",
+        str(err),
+    )
     prog = Program("missing", [Kernel("compute", HOST / "unimplemented_header.cpp", (0, 0))])
     err = str(run_failing(dev, prog, []))
     assert "it includes api/compute/topk.h (unimplemented_header.cpp:3), which Kohaku-TT's host build" in err
@@ -229,7 +232,7 @@ def test_an_unimplemented_call_fails_at_build_time_naming_it(dev):
 def test_old_api_spellings_fail_to_build(dev):
     """The pre-0.81 forms (the old include paths, NAMESPACE / MAIN, mm_init) do not build, as on the card; program
     validation refuses them first, naming what to write instead."""
-    src = "#include \"compute_kernel_api/matmul.h\"\nnamespace NAMESPACE {\nvoid MAIN { mm_init(0, 1, 16); }\n}\n"
+    src = '#include "compute_kernel_api/matmul.h"\nnamespace NAMESPACE {\nvoid MAIN { mm_init(0, 1, 16); }\n}\n'
     kernel = Kernel("compute", src, (0, 0))
     with pytest.raises(ProgramError, match=r"before TT-Metal 0.81.*write 'void kernel_main\(\) \{ \.\.\. \}'"):
         dev.run_program(Program("old", [kernel]), [])
@@ -296,8 +299,12 @@ def test_dataflow_rules(dev, rule, message):
 def test_unbalanced_cb_at_program_end(dev):
     x = dev.upload(np.ones((32, 32), np.float32), "bfloat16")
     err = str(run_failing(dev, _rule_program("UNBALANCED"), [x]))
-    assert ("program 'broken': CB 0 on core (0,0) ends the program unbalanced: 1 page pushed and never popped "
-            "(1 pushed, 0 popped)") in err
+    assert (
+        "program 'broken': CB 0 on core (0,0) ends the program unbalanced: 1 page pushed and never popped "
+        "(1 pushed, 0 popped)"
+    ) in err
+    err = str(run_failing(dev, _rule_program("RESERVED_ONLY"), [x]))
+    assert "program 'broken': CB 0 on core (0,0) ends the program unbalanced: 1 page reserved and never pushed" in err
     still_usable(dev)
 
 
@@ -345,13 +352,18 @@ def test_deadlock_is_reported_at_once(dev):
     t0 = time.perf_counter()
     err = str(run_failing(dev, _rule_program(None, "WAIT_NEVER_FED"), [x]))
     assert time.perf_counter() - t0 < 5.0
-    assert ("program 'broken' deadlocked: compute on core (0,0) waits for 2 pages in CB 0 that no kernel pushes "
-            "(0 of 2 filled)") in err
+    assert (
+        "program 'broken' deadlocked: compute on core (0,0) (rules_compute.cpp:72): cb_wait_front waits for 2 pages "
+        "in CB 0 that no kernel pushes (0 of 2 filled)"
+    ) in err
     err = str(run_failing(dev, _rule_program("WAIT_NEVER_FED", "WAIT_NEVER_FED"), [x]))
-    assert "reader on core (0,0) waits for 1 page in CB 0" in err and "compute on core (0,0) waits for 2 pages" in err
+    assert "reader on core (0,0) (rules_reader.cpp:62): cb_wait_front waits for 1 page in CB 0" in err
+    assert "compute on core (0,0) (rules_compute.cpp:72): cb_wait_front waits for 2 pages" in err
     err = str(run_failing(dev, _rule_program("SEMAPHORE_NEVER_SET"), [x]))
-    assert "deadlocked: reader on core (0,0) waits for the semaphore at L1 offset 0x4030 to be 1, which no kernel " \
-           "sets (it is 0)" in err
+    assert (
+        "deadlocked: reader on core (0,0) (rules_reader.cpp:64): noc_semaphore_wait waits for the semaphore at L1 "
+        "offset 0x4030 to be 1, which no kernel sets (it is 0)" in err
+    )
     still_usable(dev)
 
 
@@ -362,8 +374,9 @@ def test_compute_grid_and_cb_limits_come_from_the_card(dev):
     p = add_program()
     off = dataclasses.replace(p, kernels=[dataclasses.replace(p.kernels[0], core_ranges=CoreRange((12, 9)))],
                               runtime_args=None)  # fmt: skip
-    dev.run_program(dataclasses.replace(off, kernels=[
-        dataclasses.replace(off.kernels[0], source=DM_STUB_CPP)]), [a, a, a])  # (12, 9) is on the grid
+    dev.run_program(
+        dataclasses.replace(off, kernels=[dataclasses.replace(off.kernels[0], source=DM_STUB_CPP)]), [a, a, a]
+    )  # (12, 9) is on the grid
     dev.synchronize()
     beyond = dataclasses.replace(off.kernels[0], core_ranges=CoreRange((13, 0)))
     with pytest.raises(ProgramError, match=r"covers cores \(13,0\), outside the 13 x 10 worker grid"):
@@ -413,3 +426,22 @@ def test_python_kernel_api_stays_available(dev, knobs):
     got, want = run_add(dev)
     np.testing.assert_array_equal(got, want)
     assert sim_program.STALL_SECONDS > 0
+
+
+@pytest.mark.parametrize("spin_ms", [2500, 7500])
+def test_a_kernel_spinning_without_api_calls_is_a_stall(dev, monkeypatch, spin_ms):
+    """No kernel blocks, so no deadlock is seen; after STALL_SECONDS without a CB or semaphore change the run fails.
+    A kernel still running 5 s after that is abandoned (its thread left to finish) and named in the error."""
+    monkeypatch.setattr(sim_program, "STALL_SECONDS", 1.0)
+    prog = Program("spin", [Kernel("reader", HOST / "spin.cpp", (0, 0), defines={"SPIN_MS": str(spin_ms)})], [],
+                   [Semaphore(0, (0, 0))])  # fmt: skip
+    t0 = time.perf_counter()
+    err = str(run_failing(dev, prog, []))
+    assert "program 'spin' stalled: reader on core (0,0) did not return and no kernel changed a CB or semaphore" in err
+    abandoned = "reader on core (0,0) does not return (a loop that calls no kernel API cannot be stopped)" in err
+    assert abandoned == (spin_ms > 6000), err
+    assert time.perf_counter() - t0 < 12.0
+    time.sleep(
+        max(0.0, spin_ms / 1000 - (time.perf_counter() - t0))
+    )  # let an abandoned thread end before the next test
+    still_usable(dev)

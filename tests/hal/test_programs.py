@@ -614,8 +614,10 @@ def _second_reader(p):
 
 def _off_grid(p):
     return _with(
-        p, kernels=[dataclasses.replace(p.kernels[0], core_ranges=CoreRangeSet.of(CoreRange((11, 0), (13, 0))))],
-        runtime_args=None)
+        p,
+        kernels=[dataclasses.replace(p.kernels[0], core_ranges=CoreRangeSet.of(CoreRange((11, 0), (13, 0))))],
+        runtime_args=None,
+    )
 
 
 def _no_main(p):

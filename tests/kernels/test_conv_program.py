@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from sim_modes import sim_kernels
 
 from kohakutt import hal
 from kohakutt import kernels as kk
@@ -58,11 +59,18 @@ def fast_path(dev, x, w, b, attrs, dtypes, num):
 
 
 def program(dev, stored, attrs, dtypes, num, max_cores=3, w_resident=None):
+    """The program's output run from its kernels' C++; its Python twin must give the same bits."""
     x, w, *rest = stored
     fp32 = num.get("fp32_acc", dtypes[0] == "float32" and dtypes[1] == "float32")
-    return pc.run_conv_program(dev, x, w, rest[0] if rest else None, attrs, x_dtype=dtypes[0], w_dtype=dtypes[1],
-                               bias_dtype=dtypes[2] if rest else None, fidelity=num.get("fidelity", "HiFi4"),
-                               fp32_acc=fp32, w_resident=w_resident, max_cores=max_cores)  # fmt: skip
+    outs = []
+    for mode in ("cpp", "python"):
+        with sim_kernels(mode):
+            outs.append(pc.run_conv_program(dev, x, w, rest[0] if rest else None, attrs, x_dtype=dtypes[0],
+                                            w_dtype=dtypes[1], bias_dtype=dtypes[2] if rest else None,
+                                            fidelity=num.get("fidelity", "HiFi4"), fp32_acc=fp32,
+                                            w_resident=w_resident, max_cores=max_cores))  # fmt: skip
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32), err_msg="C++ != twin")
+    return outs[0]
 
 
 # name: x shape, w shape, attrs, (x, w, bias) dtypes (bias None: no bias), numerics

@@ -100,6 +100,7 @@ class ComputeAPI(KernelAPI):
         self._sfpu: str | None = None
         self._acc_to_dest = False
         self._reduce = ("sum", "row")
+        self._reduce_mask = False  # after reduce_init the packer zeroes all but the reduction's result
 
     # ------------------------------------------------------------------------------------------- rule checks
     def _at_end(self) -> None:
@@ -216,6 +217,7 @@ class ComputeAPI(KernelAPI):
             self._started = True
             if fpu is not None:
                 self._fpu = fpu
+                self._reduce_mask = fpu == "reduce"
 
     def compute_kernel_hw_startup(self, icb0: int, icb1: int, ocb: int | None = None) -> None:
         """Configure unpack, math and pack once at the start of the kernel."""
@@ -254,6 +256,7 @@ class ComputeAPI(KernelAPI):
             for cb in cbs:
                 self._cb(cb)
             self._fpu = fpu
+            self._reduce_mask = False
 
     def copy_tile_init(self, cb: int) -> None:
         self._short_init("copy", cb)
@@ -348,7 +351,12 @@ class ComputeAPI(KernelAPI):
                 raise self._error("pack_tile outside tile_regs_wait() / tile_regs_release(): the packer may only "
                                   "read DST after the math side commits it")  # fmt: skip
             d = self._dst_index(idst, "pack_tile")
-            self._pack(self._dst[d], ocb, output_tile_index, "pack_tile")
+            values = self._dst[d]
+            if self._reduce_mask:  # 0.81.1's reduce.h: the packer writes zeros outside the reduction's result
+                region = {"row": (slice(None), 0), "col": (0, slice(None)), "scalar": (0, 0)}[self._reduce[1]]
+                values = np.zeros_like(values)
+                values[region] = self._dst[d][region]
+            self._pack(values, ocb, output_tile_index, "pack_tile")
 
     # --------------------------------------------------------------------------------------- tilize/untilize
     def _block(self, c: _CB, block: int, start: int, op: str) -> None:

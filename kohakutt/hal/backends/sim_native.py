@@ -54,7 +54,7 @@ def run_views(program: Program, card: CardSpec, buffers: Sequence[Buffer], views
     def cstr(s: str) -> Any:
         return new("char[]", s.encode())
 
-    binaries = {k.name: host_build.build_kernel(host_build.spec_of(k, program.name)) for k in program.kernels}
+    binaries = host_build.build_kernels({k.name: host_build.spec_of(k, program.name) for k in program.kernels})
     args = program.resolve_runtime_args(buffers, runtime_args)
 
     bufs = new("ktt_sim_buffer[]", max(1, len(buffers)))

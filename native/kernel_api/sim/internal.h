@@ -65,6 +65,7 @@ struct Kernel {
     uint32_t args_offset = 0, common_offset = 0;
     uint64_t reads_in_flight = 0;   // CBs (bits) a NOC read is landing in since the last read barrier
     uint64_t writes_in_flight = 0;  // CBs a NOC write is sourcing from since the last flush
+    bool finished = false;           // its thread has returned (set under the run's lock)
     std::unique_ptr<ComputeState> compute;
     Kernel();
     ~Kernel();
@@ -85,6 +86,8 @@ struct Run {
     bool failed = false;
     std::string failure;
     std::chrono::steady_clock::time_point last_change = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point failed_at;
+    bool abandoned = false;  // a kernel thread never returned: the run's state must outlive the call
 
     Core *core_at(uint32_t x, uint32_t y);
     void changed();

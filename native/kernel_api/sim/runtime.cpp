@@ -145,6 +145,7 @@ void Run::fail(const std::string &message) {
     if (!failed) {
         failed = true;
         failure = message;
+        failed_at = std::chrono::steady_clock::now();
     }
     changed();
 }
@@ -159,7 +160,7 @@ void Run::deadlock() {
     std::string waits;
     for (auto &b : blocked) {
         if (!waits.empty()) waits += "; ";
-        waits += b.first->who + " " + b.second.what();
+        waits += b.first->who + b.second.what();
     }
     fail(fmt("program '%s' deadlocked: %s. Every kernel still running is blocked, so it would hang on a card too: "
              "check that each cb_wait_front is fed by as many cb_push_back pages (and each cb_reserve_back freed "
@@ -174,12 +175,13 @@ void Run::block_until(Kernel *k, const std::function<bool()> &ready, const std::
                       std::unique_lock<std::mutex> &lock, const char *call, Site at) {
     while (!ready()) {
         if (failed) throw Abort{};
-        blocked[k] = Blocked{&ready, what};
+        blocked[k] = Blocked{&ready, [&what, call, at] { return where(at) + ": " + call + " " + what(); }};
         if (static_cast<int>(blocked.size()) >= live && none_ready()) {
             deadlock();
             throw Abort{};
         }
         cv.wait_for(lock, std::chrono::milliseconds(200));
+        blocked.erase(k);  // re-registered on the next round: a state change may have cleared it already
         if (failed) throw Abort{};
         double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_change).count();
         if (idle > desc->stall_seconds) {
@@ -187,7 +189,6 @@ void Run::block_until(Kernel *k, const std::function<bool()> &ready, const std::
                      desc->program, k->who.c_str(), where(at).c_str(), call, what().c_str(), desc->stall_seconds));
             throw Abort{};
         }
-        blocked.erase(k);
     }
     if (failed) throw Abort{};
 }
@@ -827,13 +828,16 @@ void body(Kernel *k) {
         r.fail(fmt("program '%s': %s: the kernel threw an unknown C++ exception", r.desc->program, k->who.c_str()));
     }
     std::lock_guard<std::mutex> g(r.mu);
+    k->finished = true;
     r.live -= 1;
     if (!r.failed && r.live > 0 && static_cast<int>(r.blocked.size()) >= r.live && r.none_ready()) r.deadlock();
     r.cv.notify_all();
     tls_kernel = nullptr;
 }
 
-// The end of a program: every CB's pushes consumed and nothing left reserved, on every core.
+// The end of a program: on every core, every page reserved in a CB was pushed and every page pushed was popped (a
+// page left behind is work no kernel consumed, or a consumer that stopped early; a scratch page is pushed, waited for
+// and popped too).
 void check_balance(Run &r) {
     for (auto &core : r.cores)
         for (CB &c : core->cbs) {
@@ -844,9 +848,9 @@ void check_balance(Run &r) {
                            plural(c.pushed - c.popped, "page").c_str(), c.pushed, c.popped);
             else
                 what = fmt("%s reserved and never pushed", plural(c.reserved, "page").c_str());
-            r.fail(fmt("program '%s': CB %d on core (%d,%d) ends the program unbalanced: %s. cb_reserve_back / "
-                       "cb_push_back and cb_wait_front / cb_pop_front must balance, or the next program on the core "
-                       "starts with a CB that is not empty",
+            r.fail(fmt("program '%s': CB %d on core (%d,%d) ends the program unbalanced: %s. Every cb_reserve_back "
+                       "needs its cb_push_back and every cb_push_back its cb_wait_front / cb_pop_front (a scratch "
+                       "page too)",
                        r.desc->program, c.index, core->x, core->y, what.c_str()));
             return;
         }
@@ -910,10 +914,58 @@ void run_group(Run &r, const ktt_sim_core *cores, const std::vector<int> &group)
     std::vector<std::thread> threads;
     threads.reserve(kernels.size());
     for (auto &k : kernels) threads.emplace_back(body, k.get());
-    for (auto &t : threads) t.join();
+    // Wait for every kernel to return. A kernel looping without any kernel API call can neither block (so no
+    // deadlock is seen) nor be stopped: after stall_seconds without a CB or semaphore change the run fails, and a
+    // kernel still running a few seconds after a failure is abandoned (its thread, core and the run's state are
+    // left alive; every API call it makes from then on unwinds it).
+    std::vector<std::string> stuck;
+    {
+        std::unique_lock<std::mutex> lock(r.mu);
+        const auto grace = std::chrono::seconds(5);
+        for (;;) {
+            size_t done = 0;
+            for (auto &k : kernels) done += k->finished ? 1 : 0;
+            if (done == kernels.size()) break;
+            const auto now = std::chrono::steady_clock::now();
+            if (!r.failed && std::chrono::duration<double>(now - r.last_change).count() > d.stall_seconds) {
+                std::string who;
+                for (auto &k : kernels)
+                    if (!k->finished && r.blocked.count(k.get()) == 0) who += (who.empty() ? "" : ", ") + k->who;
+                r.fail(fmt("program '%s' stalled: %s did not return and no kernel changed a CB or semaphore for %.0f s "
+                           "(a loop that calls no kernel API, e.g. polling a semaphore through its pointer, never "
+                           "ends: wait with noc_semaphore_wait)",
+                           d.program, who.empty() ? "a kernel" : who.c_str(), d.stall_seconds));
+            }
+            if (r.failed && now - r.failed_at > grace) {
+                for (auto &k : kernels)
+                    if (!k->finished) stuck.push_back(k->who);
+                break;
+            }
+            r.cv.wait_for(lock, std::chrono::milliseconds(200));
+        }
+        if (!stuck.empty()) {
+            std::string names;
+            for (auto &s : stuck) names += (names.empty() ? "" : ", ") + s;
+            r.failure += "; " + names + (stuck.size() == 1 ? " does" : " do") +
+                         " not return (a loop that calls no kernel API cannot be stopped): its thread is left running";
+            r.abandoned = true;
+        }
+    }
+    for (size_t i = 0; i < threads.size(); ++i) {
+        if (kernels[i]->finished) {
+            threads[i].join();
+        } else {
+            threads[i].detach();
+        }
+    }
     if (!r.failed) check_balance(r);
-    kernels.clear();
-    for (auto &c : r.cores) give_arena(c->l1);
+    if (r.abandoned) {  // the abandoned threads still use their kernels and cores: leave them to them
+        for (auto &k : kernels) k.release();
+        for (auto &c : r.cores) c.release();
+    } else {
+        kernels.clear();
+        for (auto &c : r.cores) give_arena(c->l1);
+    }
     r.cores.clear();
 }
 
@@ -928,7 +980,8 @@ int ktt_sim_version(void) { return 1; }
 int ktt_sim_run(const ktt_sim_run_desc *run, const ktt_sim_buffer *buffers, int32_t num_buffers,
                 const ktt_sim_core *cores, int32_t num_cores, char *error, size_t error_len) {
     using namespace ktt::sim;
-    Run r;
+    auto owned = std::make_unique<Run>();
+    Run &r = *owned;
     r.desc = run;
     for (int i = 0; i < num_buffers; ++i) {
         const ktt_sim_buffer &b = buffers[i];
@@ -948,6 +1001,7 @@ int ktt_sim_run(const ktt_sim_run_desc *run, const ktt_sim_buffer *buffers, int3
     }
     if (!r.failed) return 0;
     std::snprintf(error, error_len, "%s", r.failure.c_str());
+    if (r.abandoned) owned.release();  // an abandoned kernel thread still refers to the run
     return -1;
 }
 

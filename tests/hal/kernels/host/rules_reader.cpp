@@ -69,5 +69,7 @@ void kernel_main() {
     cb_push_back(cb, 1);
 #elif defined(NOT_A_CB)
     noc_async_read(get_noc_addr(0, src), get_write_ptr(cb) - 0x1000, 64);
+#elif defined(RESERVED_ONLY)
+    cb_reserve_back(cb, 1);  // never pushed
 #endif
 }
