@@ -9,11 +9,12 @@ collectives, compute kernel configs), is listed in :data:`TTNN_NAMES`; the keywo
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -21,12 +22,12 @@ import numpy as np
 
 from kohakutt.errors import BackendUnavailable, BufferUseError, DeviceError, FormatError
 from kohakutt.hal.backends.base import Backend
+from kohakutt.hal.card import P150A, CardSpec
 from kohakutt.hal.layout import TILE, Format, Layout, MemoryKind
 from kohakutt.hal.layout import nbytes as layout_nbytes
 
 if TYPE_CHECKING:
     from kohakutt.hal.buffer import Buffer
-    from kohakutt.hal.card import CardSpec
     from kohakutt.hal.program import Program
 
 TTNN_VERSION = "0.81.1"
@@ -56,8 +57,9 @@ TTNN_NAMES: tuple[str, ...] = (
     "typecast", "to_layout", "to_memory_config",
     # programs
     "generic_op", "ProgramDescriptor", "KernelDescriptor", "KernelDescriptor.SourceType.SOURCE_CODE",
-    "CBDescriptor", "CBFormatDescriptor", "SemaphoreDescriptor", "ReaderConfigDescriptor", "WriterConfigDescriptor",
-    "ComputeConfigDescriptor", "DataMovementConfigDescriptor", "TensorAccessorArgs",
+    "KernelDescriptor.SourceType.FILE_PATH", "CBDescriptor", "CBFormatDescriptor", "SemaphoreDescriptor",
+    "ReaderConfigDescriptor", "WriterConfigDescriptor", "ComputeConfigDescriptor", "DataMovementConfigDescriptor",
+    "TensorAccessorArgs",
     "TensorAccessorArgs.get_compile_time_args", "RuntimeArgs", "CoreCoord", "CoreRange", "CoreRangeSet",
     # numerics
     "MathFidelity.LoFi", "MathFidelity.HiFi2", "MathFidelity.HiFi3", "MathFidelity.HiFi4",
@@ -296,6 +298,16 @@ class TTNNBackend(Backend):
         if self.chip_id == 0:  # the op library's creation and random ops make their tensors on TT-NN's default device
             ttnn.SetDefaultDevice(self.device)
 
+    def card(self) -> CardSpec:
+        """The P150A's figures with the compute grid and DRAM banks the device reports (13 x 10 and 8 on a P150 with
+        TT-NN 0.81.1; a harvested chip has fewer columns)."""
+        try:
+            grid = self.device.compute_with_storage_grid_size()
+            banks = int(self.device.dram_grid_size().x)
+            return dataclasses.replace(P150A, grid=(int(grid.x), int(grid.y)), dram_banks=banks)
+        except Exception:
+            return P150A
+
     def close(self) -> None:
         if self.device is not None:
             self.ttnn.close_device(device=self.device)
@@ -375,12 +387,6 @@ class TTNNBackend(Backend):
         self.ttnn.generic_op(io_tensors=[h.tensor for h in handles], program_descriptor=descriptor)
 
     # ------------------------------------------------------------------------------------------------- facts
-    def card(self, spec: CardSpec) -> CardSpec:
-        """``spec`` with the compute grid and DRAM banks this chip reports (a harvested chip has fewer columns)."""
-        self._check_open("card")
-        grid = self.device.compute_with_storage_grid_size()
-        return replace(spec, grid=(int(grid.x), int(grid.y)), dram_banks=int(self.device.dram_grid_size().x))
-
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.name, "chip": self.chip_id, "simulated": False}
         if self.device is None:
