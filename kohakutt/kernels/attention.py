@@ -152,7 +152,7 @@ def _fits(dtype: DType, fid: Fidelity, in0: bool) -> bool:
 def _bmm(pairs: list[tuple[torch.Tensor, torch.Tensor]], transpose: bool = False) -> torch.Tensor:
     out = None
     for x, y in pairs:
-        p = torch.bmm(x, y.transpose(1, 2) if transpose else y)
+        p = cm.engine_matmul(x, y.transpose(1, 2) if transpose else y)
         out = p if out is None else out.add_(p)
     assert out is not None
     return out
