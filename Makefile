@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/host_transfer.py
 	$(PY) benchmarks/dispatch.py
 	$(PY) benchmarks/mlp_training.py
+	$(PY) benchmarks/precision.py
 	$(PY) benchmarks/capture.py
 	$(PY) benchmarks/sim_kernels.py
 	$(PY) benchmarks/tinygrad_training.py

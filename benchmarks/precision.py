@@ -11,7 +11,7 @@ Modes: ``torch.set_float32_matmul_precision`` "highest" (PyTorch's default: floa
 (tt events, median of N steps after warm-up), the card's own time, not this host's. Host ms: the wall time per step
 here (dispatch plus the simulator's arithmetic on this CPU). Error: the first step's loss and the largest relative
 error of its weight gradients against the same step in float64 on the CPU.
-Run: python benchmarks/precision.py [--steps 3] [--json]
+Run: python benchmarks/precision.py [--steps 3] [--warmup 1] [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -101,8 +101,9 @@ def measure(make, mode: str, reduce: str, steps: int, warmup: int) -> dict:
             "loss_err": abs(first - ref_loss) / abs(ref_loss), "grad_err": grad_err}  # fmt: skip
 
 
-def run(steps: int, warmup: int) -> dict:
-    results = {name: [measure(make, m, r, steps, warmup) for m, r in MODES] for name, make in CASES.items()}
+def run(steps: int, warmup: int, quick: bool = False) -> dict:
+    cases = {"readme_step": CASES["readme_step"]} if quick else CASES
+    results = {name: [measure(make, m, r, steps, warmup) for m, r in MODES] for name, make in cases.items()}
     for rows in results.values():
         base = rows[0]["card_ms"]  # highest, exact: the default
         for r in rows:
@@ -128,9 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3, help="timed steps; the median counts (default 3)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps after the checked one (default 1)")
+    parser.add_argument("--quick", action="store_true", help="the README's step only")
     parser.add_argument("--json", action="store_true", help="also print all figures as one JSON object, last line")
     args = parser.parse_args(argv)
-    report = run(max(1, args.steps), max(0, args.warmup))
+    report = run(max(1, args.steps), max(0, args.warmup), args.quick)
     print(table(report))
     if args.json:
         print(json.dumps(report))

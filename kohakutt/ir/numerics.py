@@ -75,14 +75,22 @@ def _mode(field: str, value: Any, allowed: tuple[str, ...], what: str) -> str | 
 
 def fp32_matmul_mode(value: Any) -> str | None:
     """``value`` checked as an ``fp32_matmul`` setting (None passes)."""
-    return _mode("fp32_matmul", value, FP32_MATMUL_MODES,
-                 "use 'highest' (float32-accurate: split operands), 'high' (TF32 operands) or 'medium' (about bf16)")
+    return _mode(
+        "fp32_matmul",
+        value,
+        FP32_MATMUL_MODES,
+        "use 'highest' (float32-accurate: split operands), 'high' (TF32 operands) or 'medium' (about bf16)",
+    )
 
 
 def fp32_reduce_mode(value: Any) -> str | None:
     """``value`` checked as an ``fp32_reduce`` setting (None passes)."""
-    return _mode("fp32_reduce", value, FP32_REDUCE_MODES,
-                 "use 'exact' (float32 adds on the SFPU) or 'tf32' (the FPU reduce on TF32 operands)")
+    return _mode(
+        "fp32_reduce",
+        value,
+        FP32_REDUCE_MODES,
+        "use 'exact' (float32 adds on the SFPU) or 'tf32' (the FPU reduce on TF32 operands)",
+    )
 
 
 @dataclass(frozen=True)
@@ -142,17 +150,26 @@ def current() -> Numerics:
 
 
 @contextmanager
-def numerics(fidelity: Fidelity | str | int | None = None, fp32_acc: bool | None = None,
-             approx: bool | None = None, fp32_matmul: str | None = None,
-             fp32_reduce: str | None = None) -> Iterator[Numerics]:
+def numerics(
+    fidelity: Fidelity | str | int | None = None,
+    fp32_acc: bool | None = None,
+    approx: bool | None = None,
+    fp32_matmul: str | None = None,
+    fp32_reduce: str | None = None,
+) -> Iterator[Numerics]:
     """Ops queued inside take these settings; unset fields keep the enclosing scope's (else the frontend's setting,
     else the op's default). ``fidelity`` / ``fp32_acc`` / ``approx``: the card's compute-kernel settings.
     ``fp32_matmul``: ``"highest"`` / ``"high"`` / ``"medium"`` for float32 matmul operands (over PyTorch's
     ``torch.set_float32_matmul_precision`` and tinygrad's ``ALLOW_TF32``); a split (``"highest"``) matmul always runs
     its bf16 parts at HiFi4 into an fp32 DST, so ``fidelity`` / ``fp32_acc`` shape only single-pass matmuls.
     ``fp32_reduce``: ``"exact"`` / ``"tf32"`` for float32 sums."""
-    mine = Numerics(None if fidelity is None else Fidelity.of(fidelity), fp32_acc, approx,
-                    fp32_matmul_mode(fp32_matmul), fp32_reduce_mode(fp32_reduce))
+    mine = Numerics(
+        None if fidelity is None else Fidelity.of(fidelity),
+        fp32_acc,
+        approx,
+        fp32_matmul_mode(fp32_matmul),
+        fp32_reduce_mode(fp32_reduce),
+    )
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = [UNSET]
@@ -170,5 +187,15 @@ def resolve(family_default: Numerics, defaults: Numerics = UNSET) -> Numerics:
     return current().over(defaults).over(family_default)
 
 
-__all__ = ["FP32_MATMUL_MODES", "FP32_REDUCE_MODES", "Fidelity", "Numerics", "current", "fp32_matmul_mode",
-           "fp32_reduce_mode", "numerics", "replace", "resolve"]
+__all__ = [
+    "FP32_MATMUL_MODES",
+    "FP32_REDUCE_MODES",
+    "Fidelity",
+    "Numerics",
+    "current",
+    "fp32_matmul_mode",
+    "fp32_reduce_mode",
+    "numerics",
+    "replace",
+    "resolve",
+]

@@ -57,6 +57,7 @@ TTNN_NAMES = (
     *FIDELITY_AND_DTYPE_NAMES,
 )  # fmt: skip
 
+
 def _ieee(fn: Any) -> Any:
     """``fn`` (a torch CPU convolution) run in full float32: in float64 when torch's own settings would let oneDNN cut
     float32 operands (the products are exact either way; only the order and width of the sums differ)."""

@@ -47,7 +47,8 @@ TTNN_NAMES = (
 )  # fmt: skip
 # The keywords passed by name to each TT-NN callable (checked by tests/hal/test_ttnn_contract.py).
 TTNN_SIGNATURES: dict[str, tuple[str, ...]] = {
-    "matmul": ("transpose_b", "dtype", "compute_kernel_config"), "clamp": ("min", "max"),
+    "matmul": ("transpose_b", "dtype", "compute_kernel_config"),
+    "clamp": ("min", "max"),
 }
 
 
@@ -100,8 +101,11 @@ def blocked_bf16_sum(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor], k_b
     for r0 in range(0, out.shape[0], lead):
         acc = out[r0 : r0 + lead]
         acc.zero_()
-        add = (acc.addmm_ if x0.ndim == 2 else acc.baddbmm_) if cardmath.torch_is_ieee() else (
-            lambda x, y, acc=acc: acc.add_(cardmath.engine_matmul(x.contiguous(), y.contiguous())))
+        add = (
+            (acc.addmm_ if x0.ndim == 2 else acc.baddbmm_)
+            if cardmath.torch_is_ieee()
+            else (lambda x, y, acc=acc: acc.add_(cardmath.engine_matmul(x.contiguous(), y.contiguous())))
+        )
         rows = [x[r0 : r0 + lead] for x in xs]
         cols = ys if y0.ndim == 2 else [y[r0 : r0 + lead] for y in ys]
         for k0 in range(0, x0.shape[-1], k_block):
@@ -112,7 +116,12 @@ def blocked_bf16_sum(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor], k_b
 
 
 def card_matmul(
-    a: np.ndarray, b: np.ndarray, *, fidelity: Fidelity | str, fp32_acc: bool, k_block: int = K_BLOCK,
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    fidelity: Fidelity | str,
+    fp32_acc: bool,
+    k_block: int = K_BLOCK,
     split: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """``a @ b`` for (..., M, K) @ (..., K, N) (batch dims broadcast) as the card's matmul leaves it in DST: float32
@@ -185,8 +194,9 @@ SPLIT_OPS = 8  # TT-NN ops that split one float32 operand: clamp, typecast, isfi
 #                subtract, typecast (x0 and x1 rounded to bf16, the remainders exact)
 
 
-def split_ns(operands: Sequence[Spec], parts: tuple[int, int], gemm: tuple[int, int, int, int], out: TensorSpec,
-             card: CardSpec) -> float:
+def split_ns(
+    operands: Sequence[Spec], parts: tuple[int, int], gemm: tuple[int, int, int, int], out: TensorSpec, card: CardSpec
+) -> float:
     """What a split matmul costs on the card: :data:`SPLIT_OPS` element-wise passes over each float32 operand, one
     HiFi4 matmul per part product (bf16 parts in, the fp32 product out) and an fp32 add per product after the
     first. ``gemm``: (batch, M, N, K) of one product."""
@@ -200,8 +210,14 @@ def split_ns(operands: Sequence[Spec], parts: tuple[int, int], gemm: tuple[int, 
     return total + (len(products) - 1) * cost.memory_bound([out, out], [out], card, cost.SFPU_TILE_CYCLES)
 
 
-def _gemm_ns(num: Numerics, operands: Sequence[Spec], gemm: tuple[int, int, int, int], ins: Sequence[Spec],
-             outs: Sequence[TensorSpec], card: CardSpec) -> float:
+def _gemm_ns(
+    num: Numerics,
+    operands: Sequence[Spec],
+    gemm: tuple[int, int, int, int],
+    ins: Sequence[Spec],
+    outs: Sequence[TensorSpec],
+    card: CardSpec,
+) -> float:
     """One matmul of shape ``gemm`` over ``operands`` (in0, in1): split or one pass at the fidelity."""
     split = split_counts(num, [s.dtype for s in operands if isinstance(s, TensorSpec)])
     if split is not None:

@@ -81,8 +81,9 @@ def test_hifi4_fp32_dst_is_the_exact_product_sum(dev):
 @pytest.mark.parametrize("fidelity", ["LoFi", "HiFi2", "HiFi3"])
 def test_low_fidelity_products_match_hand_masked_operands(dev, fidelity):
     a, b = bf16(33, 65), bf16(65, 40)
-    (got,) = run("matmul", [put(dev, a, "float32"), put(dev, b, "float32")], fidelity=fidelity, fp32_acc=True,
-                 fp32_matmul="high")  # one pass at the fidelity (a split matmul runs its parts at HiFi4)
+    (got,) = run(
+        "matmul", [put(dev, a, "float32"), put(dev, b, "float32")], fidelity=fidelity, fp32_acc=True, fp32_matmul="high"
+    )  # one pass at the fidelity (a split matmul runs its parts at HiFi4)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     if fidelity == "LoFi":
         ref = srcb_hi(a) @ srca_hi(b)

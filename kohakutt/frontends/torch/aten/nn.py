@@ -680,6 +680,9 @@ def scaled_dot_product_attention(
         and (enable_gqa or query.shape[-3] == key.shape[-3])
     )
     if not fused:
+        if attn_mask is not None and attn_mask.dtype == torch.bool:  # the math op adds its mask: bool as 0 / -inf,
+            # as PyTorch's own entry point converts it before choosing a kernel
+            attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill_(~attn_mask, float("-inf"))
         return aten._scaled_dot_product_attention_math(
             query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
         )[0]
