@@ -525,6 +525,30 @@ def _topk(inputs, attrs):
     return [like(x, shape), like(x, shape, DType.INT32)]
 
 
+def _searchsorted(inputs, attrs):
+    seq = tensor_arg(inputs, 0, "searchsorted", "sorted")
+    values = inputs[1]
+    if seq.dtype.is_block:
+        raise DtypeError(f"searchsorted: {seq.dtype.value} values cannot be read singly; typecast to bfloat16 first")
+    if not seq.ndim:
+        raise ShapeError("searchsorted: the sorted sequence must have at least one dim, got a 0-d tensor")
+    if isinstance(values, TensorSpec) and values.dtype is not seq.dtype:
+        raise DtypeError(
+            f"searchsorted: values are {values.dtype.value} and the sequence {seq.dtype.value}; typecast one so "
+            "they match (comparisons run in one dtype)"
+        )
+    shape = tuple(values.shape)
+    if seq.ndim > 1 and (len(shape) != seq.ndim or shape[:-1] != seq.shape[:-1]):
+        raise ShapeError(
+            f"searchsorted: an N-d sequence {seq.shape} needs values with the same leading dims, got {shape}"
+        )
+    if len(inputs) > 2:
+        sorter = index_arg(inputs, 2, "searchsorted", "sorter")
+        if sorter.shape != seq.shape:
+            raise ShapeError(f"searchsorted: sorter {sorter.shape} must have the sequence's shape {seq.shape}")
+    return [TensorSpec(shape, DType.INT32)]
+
+
 def _one_hot(inputs, attrs):
     x = index_arg(inputs, 0, "one_hot", "x")
     n = int(attrs["num_classes"])
@@ -698,6 +722,13 @@ define("topk", "movement", ["x"], _topk, attrs={"k": 1, "dim": -1, "largest": Tr
        doc="(values, indices int32) of the k largest (or smallest) elements along dim, in sorted order (also when "
            "sorted=False, which allows any order); NaN counts as the largest; equal values: lowest index first. "
            "Values are moved exactly.")
+define("searchsorted", "movement", ["sorted", "values", "*sorter"], _searchsorted, attrs={"right": False},
+       doc="The int32 insertion points of values in the last dim of sorted (ascending; 1-d: shared by all values, "
+           "else its leading dims match values'), as torch.searchsorted: the first position whose element is not "
+           "below the value (right: not at or below it); sorter (optional, int) is argsort(sorted). Each value is a "
+           "binary search on the data-movement cores, the comparisons exact and in torch's order (a NaN value goes "
+           "last; a NaN met in the sequence counts as below the value, as torch's loop has it). Operands share one "
+           "dtype.")
 define("one_hot", "movement", ["x"], _one_hot, attrs={"num_classes": -1},
        doc="int32 one-hot rows of the int tensor x (a new last dim of num_classes); a class outside "
            "[0, num_classes) raises IndexOutOfRangeError.")
