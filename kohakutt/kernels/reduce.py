@@ -557,7 +557,8 @@ def _pow_sfpu(a: np.ndarray, p: float) -> np.ndarray:
 @sim("vector_norm", provider="ktt", estimate=chain_cost(2))
 def vector_norm_ktt(call: SimCall) -> np.ndarray:
     """The own kernel: float32 data as float32 SFPU ops (|x|, x * x or |x| ** p, each rounded once) summed with SFPU
-    float32 adds, then the root; other formats, and ``fp32_reduce="tf32"``, as TT-NN's ``moreh_norm``."""
+    float32 adds, then the root (p = +-inf: the largest / smallest |x| by SFPU compares, exact); other formats, and
+    ``fp32_reduce="tf32"``, as TT-NN's ``moreh_norm``."""
     r = reduction(call)
     if r.fmt != "float32" or not call.numerics.exact_sums:
         return vector_norm(call)
@@ -566,8 +567,10 @@ def vector_norm_ktt(call: SimCall) -> np.ndarray:
     if done is not None:
         return done
     a = np.abs(r.x.astype(np.float32))
-    if math.isinf(p) or p == 0:
-        return vector_norm(call)  # max / min / count: exact on either path
+    if p == 0:
+        return vector_norm(call)  # a count: exact on either path
+    if math.isinf(p):  # the SFPU's compares keep the values (the FPU max reads them as TF32)
+        return r.shaped((np.max if p > 0 else np.min)(a, axis=r.dims, keepdims=True))
     with np.errstate(over="ignore", invalid="ignore"):
         terms = a if p == 1 else a * a if p == 2 else _pow_sfpu(a, p)
         s = np.sum(terms, axis=r.dims, keepdims=True, dtype=np.float32)
