@@ -218,6 +218,8 @@ REDUCTIONS = {
     "norm": lambda t: t.norm(dim=-1),
     "norm 1": lambda t: torch.linalg.vector_norm(t, 1, dim=-1),
     "norm 3": lambda t: torch.linalg.vector_norm(t, 3, dim=-1),
+    "norm inf": lambda t: torch.linalg.vector_norm(t, float("inf"), dim=-1),
+    "norm -inf": lambda t: torch.linalg.vector_norm(t, float("-inf"), dim=0),
     "cumsum": lambda t: t.cumsum(-1),
     "prod": lambda t: (t[..., :24] / 2 + 1).prod(-1),
     "softmax": lambda t: F.softmax(t, -1),
