@@ -190,8 +190,8 @@ def _fid(num: Numerics, ins: Sequence[Spec], out: TensorSpec) -> Fidelity:
     return matmul_numerics(num, [s.dtype for s in ins if isinstance(s, TensorSpec)], out.dtype)[0]
 
 
-SPLIT_OPS = 8  # TT-NN ops that split one float32 operand: clamp, typecast, isfinite, where, subtract, typecast,
-#                subtract, typecast (x0 and x1 rounded to bf16, the remainders exact)
+SPLIT_OPS = 11  # TT-NN ops that split one float32 operand (_tt_split): isfinite, where, clamp, typecast to bf16
+#                 and back, subtract, typecast to bf16 and back, subtract, typecast, where (Inf / NaN kept in x0)
 
 
 def split_ns(
@@ -347,10 +347,11 @@ def _tt_split(tt: Any, x: Any, parts: int) -> tuple[Any, ...]:
         return x, xf
     f32 = tt.float32
     x0 = tt.typecast(tt.clamp(xf, min=-cardmath.BF16_MAX, max=cardmath.BF16_MAX), tt.bfloat16)
-    rest = tt.subtract(xf, tt.typecast(x0, f32))
+    x0_wide = tt.typecast(x0, f32)
+    rest = tt.subtract(xf, x0_wide)
     x1 = tt.typecast(rest, tt.bfloat16)
     x2 = tt.typecast(tt.subtract(rest, tt.typecast(x1, f32)), tt.bfloat16)
-    return tt.where(finite, tt.typecast(x0, f32), x), x0, x1, x2
+    return tt.where(finite, x0_wide, x), x0, x1, x2
 
 
 def _tt_product(tt: Any, a: Any, b: Any, numerics: Numerics, out: TensorSpec, transpose_b: bool = False) -> Any:

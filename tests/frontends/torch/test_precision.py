@@ -34,15 +34,21 @@ def matmul_precision(mode: str):
         torch.set_float32_matmul_precision(before)
 
 
-@contextlib.contextmanager
 def generic_precision(value: str):
-    """torch's newer backend-neutral setting (``torch.backends.fp32_precision``), restored after."""
-    before = torch.backends.fp32_precision
-    torch.backends.fp32_precision = value
+    """torch's newer backend-neutral setting (``torch.backends.fp32_precision``), restored after (through torch's own
+    context manager: PyTorch's test utilities may have disabled setting the flags directly)."""
+    return torch.backends.flags(fp32_precision=value)
+
+
+@contextlib.contextmanager
+def cpu_matmul_precision(value: str):
+    """oneDNN's own float32 matmul setting (``torch.backends.mkldnn.matmul.fp32_precision``), restored after."""
+    before = torch._C._get_fp32_precision_getter("mkldnn", "matmul")
+    torch._C._set_fp32_precision_setter("mkldnn", "matmul", value)
     try:
         yield
     finally:
-        torch.backends.fp32_precision = before
+        torch._C._set_fp32_precision_setter("mkldnn", "matmul", before)
 
 
 def rel_err(got: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor) -> float:
@@ -135,12 +141,8 @@ def test_torch_backends_fp32_precision_applies():
         accurate = (a.to(TT) @ b.to(TT)).cpu()
     ref = a.double() @ b.double()
     assert rel_err(accurate, ref, a.double().abs() @ b.double().abs()) < 2**5 * EPS
-    with generic_precision("none"):
-        torch.backends.mkldnn.matmul.fp32_precision = "bf16"  # the CPU's own setting: not tt's
-        try:
-            assert torch.equal((a.to(TT) @ b.to(TT)).cpu(), accurate)
-        finally:
-            torch.backends.mkldnn.matmul.fp32_precision = "none"
+    with generic_precision("none"), cpu_matmul_precision("bf16"):  # the CPU's own setting: not tt's
+        assert torch.equal((a.to(TT) @ b.to(TT)).cpu(), accurate)
 
 
 def test_numerics_scope_overrides_torch():
