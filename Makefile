@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/capture.py
 	$(PY) benchmarks/sim_kernels.py
 	$(PY) benchmarks/tinygrad_training.py
+	$(PY) benchmarks/import_time.py
 
 conformance: $(STAMP)
 	$(PY) -m pytest -q -m conformance
