@@ -30,6 +30,7 @@ import torch
 
 from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal.card import CardSpec
+from kohakutt.ir.defs.matmul import default_fidelity
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Fidelity, Numerics
 from kohakutt.ir.ops import ShapeError, Spec, TensorSpec
@@ -154,7 +155,7 @@ def _fits(dtype: DType, fid: Fidelity, in0: bool) -> bool:
 def _bmm(pairs: list[tuple[torch.Tensor, torch.Tensor]], transpose: bool = False) -> torch.Tensor:
     out = None
     for x, y in pairs:
-        p = torch.bmm(x, y.transpose(1, 2) if transpose else y)
+        p = cm.engine_matmul(x, y.transpose(1, 2) if transpose else y)
         out = p if out is None else out.add_(p)
     assert out is not None
     return out
@@ -451,12 +452,15 @@ def ttnn_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, o:
 
 
 # ------------------------------------------------------------------------------------------------ sim entries
-def _numerics_fid(num: Numerics, default: Fidelity) -> Fidelity:
-    return Fidelity(num.fidelity) if num.fidelity is not None else default
-
-
 def _dtypes(call: SimCall, idx: tuple[int, ...]) -> tuple[DType, ...]:
     return tuple(call.in_specs[i].dtype for i in idx)  # type: ignore[union-attr]
+
+
+def _own_fid(call: SimCall) -> Fidelity:
+    """The own kernel's fidelity: the scope's, else HiFi4 (HiFi2 for float32 operands under
+    ``fp32_matmul="medium"``). The fused kernel is one pass on TF32 / bf16 operands whatever ``fp32_matmul`` says:
+    PyTorch's float32 "highest" attention takes the math path (``frontends/torch/aten/nn.py``)."""
+    return Fidelity(default_fidelity(call.numerics, [s.dtype for s in call.in_specs[:3]], Fidelity.HiFi4))
 
 
 def _fwd_args(call: SimCall) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, float, bool]:
@@ -467,7 +471,7 @@ def _fwd_args(call: SimCall) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 
 def _sdpa_ktt(call: SimCall) -> list[np.ndarray]:
     q, k, v, mask, scale, causal = _fwd_args(call)
-    fid = _numerics_fid(call.numerics, Fidelity.HiFi4)
+    fid = _own_fid(call)
     return list(flash_forward(q, k, v, mask, scale=scale, causal=causal, fidelity=fid,
                               dtypes=_dtypes(call, (0, 1, 2))))  # type: ignore[arg-type]  # fmt: skip
 
@@ -485,7 +489,7 @@ def _bwd_args(call: SimCall) -> tuple[list[np.ndarray], np.ndarray | None, float
 
 def _sdpa_backward_ktt(call: SimCall) -> list[np.ndarray]:
     arrs, mask, scale, causal = _bwd_args(call)
-    fid = _numerics_fid(call.numerics, Fidelity.HiFi4)
+    fid = _own_fid(call)
     return list(ktt_backward(*arrs, mask, scale=scale, causal=causal, fidelity=fid))
 
 
@@ -551,7 +555,7 @@ def _varlen_backward(call: SimCall, fn: Callable[..., tuple[np.ndarray, ...]]) -
 
 
 def _varlen_ktt(call: SimCall) -> list[np.ndarray]:
-    fid = _numerics_fid(call.numerics, Fidelity.HiFi4)
+    fid = _own_fid(call)
     dts = _dtypes(call, (0, 1, 2))
 
     def fn(*args: Any, **kw: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -565,7 +569,7 @@ def _varlen_ttnn(call: SimCall) -> list[np.ndarray]:
 
 
 def _varlen_backward_ktt(call: SimCall) -> list[np.ndarray]:
-    fid = _numerics_fid(call.numerics, Fidelity.HiFi4)
+    fid = _own_fid(call)
     return _varlen_backward(call, lambda *a, **kw: ktt_backward(*a, fidelity=fid, **kw))
 
 
@@ -592,7 +596,7 @@ def attention_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Nu
         bh, sq, skv, d, dv = q.shape[0] * q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]
     else:
         bh, sq, skv, d, dv = q.shape[1], q.shape[0], k.shape[0], q.shape[2], v.shape[2]
-    fid = int(num.fidelity) if num.fidelity is not None else int(default)
+    fid = int(default_fidelity(num, [q.dtype, k.dtype, v.dtype], default))
     pairs = bh * _visible_tiles(sq, skv, bool(attrs.get("is_causal")))
     dt, dvt = -(-d // 32), -(-dv // 32)
     cycles = (dt + dvt) * card.matmul_tile_cycles[fid] + 4 * cost.SFPU_TILE_CYCLES

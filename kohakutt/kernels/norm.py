@@ -29,10 +29,12 @@ and ``.../moreh``):
 
 Provider "ktt": layer_norm, rms_norm and the fused add variants are Kohaku-TT's Metalium program
 (:mod:`kohakutt.kernels.programs.norm`; the fast path here runs its vectorized model, bit-exact with the program);
-rows wider than its L1 budget go to TT-NN's kernel, as they would on a card. float32 data enters the FPU as TF32
-(the fused add too), so its results carry about 2^-10 relative error (see the program's module docstring). The
-other ops compute in fp32 with float64-accumulated sums (two-pass statistics) and round once to the output dtype;
-they have no program yet.
+rows wider than its L1 budget go to TT-NN's kernel, as they would on a card. In that program float32 data enters
+the FPU as TF32 (the fused add too), so its results carry about 2^-10 relative error (see the program's module
+docstring): it runs for float32 only under ``fp32_reduce="tf32"``. By default float32 rows take the SFPU variant
+(:func:`sfpu_rowwise`): every step a float32 SFPU op, the statistics float32 sums, one rounding when stored; its
+program is not written yet (the sim runs its model). The other ops compute in fp32 with float64-accumulated sums
+(two-pass statistics) and round once to the output dtype; they have no program yet.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from kohakutt.hal.card import P150A, CardSpec
 from kohakutt.hal.layout import Format
 from kohakutt.ir.defs.norm import normalized, param_names
 from kohakutt.ir.dtypes import DType
-from kohakutt.ir.numerics import Fidelity, Numerics
+from kohakutt.ir.numerics import Fidelity, Numerics, replace
 from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath as cm
 from kohakutt.kernels import cost
@@ -211,8 +213,48 @@ def norm_config(call: SimCall, rms: bool, fused: bool) -> NormConfig:
                       p.get("b", fmts[0]), out)  # fmt: skip
 
 
+def sfpu_rowwise(call: SimCall, rms: bool, fused: bool) -> list[np.ndarray]:
+    """The own layer / RMS norm for float32 data: ``s = x (+ residual)`` (stored in the output dtype), the mean and
+    the mean square of ``s - mean`` as float32 SFPU sums times fp32 ``1/W``, ``rstd = rsqrt(var + eps)`` correctly
+    rounded, then ``(s - mean) * rstd * w + b`` as float32 SFPU ops; y left in fp32 for the store's rounding."""
+    _, rows, width = _rows_of(call)
+    outs = call.out_specs
+    x = np.asarray(call.inputs[0], F32)
+    if x.size == 0 or width == 0:
+        return [_empty(s, 0.0 if i < 1 + fused else np.nan) for i, s in enumerate(outs)]
+    p = _params(call, 2 if fused else 1)
+    s = x.reshape(rows, width)
+    result: dict[str, np.ndarray] = {}
+    with np.errstate(over="ignore", invalid="ignore"):
+        if fused:
+            s = cm.round_to(s + np.asarray(call.inputs[1], F32).reshape(rows, width), _out_fmt(outs[1]))
+            result["s"] = s
+        inv_w = F32(1.0 / width)
+        if rms:
+            d = s
+        else:
+            mean = np.sum(s, axis=1, dtype=F32) * inv_w
+            d = s - mean[:, None]
+            result["mean"] = mean
+        var = np.sum(d * d, axis=1, dtype=F32) * inv_w
+        rstd = cm.sfpu("rsqrt", var + F32(_eps(call)))
+        result["rstd"] = rstd
+        y = d * rstd[:, None]
+        if "w" in p:
+            y = y * p["w"].reshape(1, width)
+        if "b" in p:
+            y = y + p["b"].reshape(1, width)
+    result["y"] = y
+    names = ["y"] + (["s"] if fused else []) + ([] if rms else ["mean"]) + ["rstd"]
+    return [result[n].reshape(sp.shape) if sp.numel else _empty(sp) for n, sp in zip(names, outs)]
+
+
 def ktt_rowwise(call: SimCall, rms: bool, fused: bool) -> list[np.ndarray]:
-    """Kohaku-TT's layer / RMS norm program (its vectorized model): fp32 statistics, one rounding."""
+    """Kohaku-TT's layer / RMS norm: float32 data on the SFPU (:func:`sfpu_rowwise`) unless ``fp32_reduce="tf32"``,
+    else the program (its vectorized model): fp32 statistics, one rounding."""
+    if call.numerics.exact_sums and any(sp.dtype is DType.FLOAT32 for sp in (*call.in_specs[: 1 + fused],
+                                                                             call.out_specs[0])):  # fmt: skip
+        return sfpu_rowwise(call, rms, fused)
     _, rows, width = _rows_of(call)
     cfg = norm_config(call, rms, fused)
     if width > max_width(cfg.x_fmt, fused, cfg.out_fmt, ROW_L1):
@@ -367,7 +409,7 @@ def ttnn_batch_norm(call: SimCall) -> list[np.ndarray]:
     fmt = storage(dt)
     acc = fp32_acc_of(call.numerics, default=dt is DType.FLOAT32)
     fid = fidelity_of(call.numerics)
-    num = Numerics(fid, acc, call.numerics.approx)
+    num = replace(call.numerics, fidelity=fid, fp32_acc=acc)
     shape4 = _nchw(x.shape)
     x4 = x.reshape(shape4)
     c = shape4[1]
@@ -516,7 +558,7 @@ def ttnn_rms_norm_backward(call: SimCall) -> list[np.ndarray]:
     dt = call.in_specs[1].dtype
     fmt = storage(dt)
     acc, fid = fp32_acc_of(call.numerics, default=dt is DType.FLOAT32), fidelity_of(call.numerics)
-    num = Numerics(fid, acc, call.numerics.approx)
+    num = replace(call.numerics, fidelity=fid, fp32_acc=acc)
 
     def mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return cm.round_to(cm.multiply(a, b, fidelity=fid, fp32_acc=acc), fmt)
@@ -640,7 +682,7 @@ def ttnn_batch_norm_backward(call: SimCall) -> list[np.ndarray]:
     dt = call.in_specs[1].dtype
     fmt = storage(dt)
     acc, fid = fp32_acc_of(call.numerics, default=dt is DType.FLOAT32), fidelity_of(call.numerics)
-    num = Numerics(fid, acc, call.numerics.approx)
+    num = replace(call.numerics, fidelity=fid, fp32_acc=acc)
     shape4 = _nchw(x.shape)
     c = shape4[1]
     chan = (1, c, 1, 1)

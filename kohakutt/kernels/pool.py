@@ -192,7 +192,7 @@ def _adaptive_avg(call: SimCall, provider: str) -> np.ndarray:
         for dim, (size, (start, end)) in enumerate(zip(spatial, ranges)):  # a 0/1 window matrix per pooled dim
             pos = np.arange(size)[:, None]
             sel = torch.from_numpy(((pos >= start) & (pos < end)).astype(np.float32))
-            t = torch.movedim(torch.movedim(t, 2 + dim, -1) @ sel, -1, 2 + dim)
+            t = torch.movedim(cardmath.engine_matmul(torch.movedim(t, 2 + dim, -1), sel), -1, 2 + dim)
         return t
 
     if provider == "ttnn":

@@ -1,5 +1,10 @@
 """The reduce family: the simulator's models of TT-NN's reduce kernels (provider "ttnn"), Kohaku-TT's own kernels
-where TT-NN rounds too much (provider "ktt": mean, logsumexp), and the real-card TT-NN calls.
+where TT-NN rounds too much (provider "ktt": sum, mean, prod, logsumexp, vector_norm), and the real-card TT-NN calls.
+
+The own kernels sum float32 data with float32 adds on the SFPU (the data copied into an fp32 DST unchanged, tiles
+added element-wise, then SFPU column sums; the order of the adds is left to the model: NumPy's pairwise float32 sum)
+unless the numerics say ``fp32_reduce="tf32"``: then float32 data takes the FPU reduce, which reads it as TF32.
+Other float formats always take the FPU reduce, whose products with a 1.0 scaler are exact for them.
 
 What the "ttnn" models follow (tt-metal / TT-NN 0.81.1, ``ttnn/operations/reduction/generic``):
 - A float sum or mean is a chain of TT-NN steps. Over H and / or W only (the last two dims): one program. Otherwise
@@ -221,6 +226,26 @@ def reduce_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numer
     return cost.LAUNCH_NS + max(cost.dram_ns(traffic, card), cost.compute_ns(work, cycles, card))
 
 
+SFPU_SUM_CYCLES = cost.FPU_TILE_CYCLES + cost.SFPU_TILE_CYCLES  # a tile copied into DST, then one SFPU add
+SFPU_COLUMN_CYCLES = 4 * cost.SFPU_TILE_CYCLES  # the SFPU's sums down a tile's columns (loads, adds, transposes)
+
+
+def own_reduce_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numerics, card: CardSpec) -> float:
+    """The own kernels: float32 data summed on the SFPU (a copy and an add per input tile, a column reduce per output
+    tile) unless ``fp32_reduce="tf32"``; other formats (and "tf32") as :func:`reduce_cost`."""
+    if not (exact_fp32(ins[0]) and num.exact_sums):
+        return reduce_cost(ins, outs, attrs, num, card)
+    traffic = sum(cost.tile_bytes(s) for s in ins) + sum(cost.tile_bytes(s) for s in outs)
+    busy = max(cost.compute_ns(cost.tiles(ins[0]), SFPU_SUM_CYCLES, card),
+               cost.compute_ns(sum(cost.tiles(s) for s in outs), SFPU_COLUMN_CYCLES, card))  # fmt: skip
+    return cost.LAUNCH_NS + max(cost.dram_ns(traffic, card), busy)
+
+
+def exact_fp32(spec: Spec) -> bool:
+    """Whether ``spec`` is float32 data (the own kernels sum it on the SFPU unless ``fp32_reduce="tf32"``)."""
+    return isinstance(spec, TensorSpec) and spec.dtype is DType.FLOAT32
+
+
 def chain_cost(steps: int):
     """The cost of a composite of ``steps`` full passes over the input (TT-NN op chains)."""
 
@@ -252,15 +277,26 @@ def mean_ttnn(call: SimCall) -> np.ndarray:
 
 
 def fp32_total(r: Reduction, num: Numerics) -> np.ndarray:
-    """The own kernels' sum: fp32 inputs accumulate on the SFPU in fp32; others on the FPU with a 1.0 scaler into an
-    fp32 DST, over all dims in one program (no rounding between steps)."""
+    """The own kernels' sum: fp32 inputs accumulate on the SFPU in fp32 (unless ``fp32_reduce="tf32"``); others on
+    the FPU with a 1.0 scaler into an fp32 DST, over all dims in one program (no rounding between steps)."""
     x = r.x.astype(np.float32, copy=False)
-    if r.fmt == "float32":
+    if r.fmt == "float32" and num.exact_sums:
         return np.sum(x, axis=r.dims, keepdims=True, dtype=np.float32)
     return cm.reduce_sum(x, r.dims, fp32_acc_of(num), fidelity=fidelity_of(num), keepdims=True)
 
 
-@sim("mean", provider="ktt", estimate=reduce_cost)
+@sim("sum", provider="ktt", estimate=own_reduce_cost)
+def sum_ktt(call: SimCall) -> np.ndarray:
+    r = reduction(call)
+    done = r.empty(0)
+    if done is not None:
+        return done
+    if not r.out.dtype.is_float:
+        return r.shaped(int_total(r))
+    return r.shaped(fp32_total(r, call.numerics))
+
+
+@sim("mean", provider="ktt", estimate=own_reduce_cost)
 def mean_ktt(call: SimCall) -> np.ndarray:
     r = reduction(call)
     done = r.empty(np.nan)
@@ -348,17 +384,37 @@ def tree_product(steps: np.ndarray, num: Numerics) -> np.ndarray:
     return y[0]
 
 
-@sim("prod", estimate=reduce_cost)
-def prod(call: SimCall) -> np.ndarray:
-    r = reduction(call)
-    done = r.empty(1)
-    if done is not None:
-        return done
-    if not r.out.dtype.is_float:
-        return r.shaped(np.prod(r.x.astype(np.int64), axis=r.dims, keepdims=True).astype(r.out.dtype.compute))
-    if not r.dims:
-        return r.shaped(r.x)
-    return r.shaped(_keep(tree_product(_leading(r.x, r.dims), call.numerics), r.x.shape, r.dims))
+def _prod_op(own: bool):
+    def fn(call: SimCall) -> np.ndarray:
+        r = reduction(call)
+        done = r.empty(1)
+        if done is not None:
+            return done
+        if not r.out.dtype.is_float:
+            return r.shaped(np.prod(r.x.astype(np.int64), axis=r.dims, keepdims=True).astype(r.out.dtype.compute))
+        if not r.dims:
+            return r.shaped(r.x)
+        steps = _leading(r.x, r.dims)
+        if own and r.fmt == "float32" and call.numerics.exact_sums:
+            return r.shaped(_keep(sfpu_tree_product(steps), r.x.shape, r.dims))
+        return r.shaped(_keep(tree_product(steps, call.numerics), r.x.shape, r.dims))
+
+    return fn
+
+
+def sfpu_tree_product(steps: np.ndarray) -> np.ndarray:
+    """The own kernel's float32 product of ``steps`` (K, ...): SFPU float32 multiplies (each rounded once), pairwise."""
+    y = steps.astype(np.float32, copy=False)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        while y.shape[0] > 1:
+            if y.shape[0] % 2:
+                y = np.concatenate([y, np.ones((1, *y.shape[1:]), np.float32)])
+            y = y[0::2] * y[1::2]
+    return y[0]
+
+
+sim("prod", estimate=reduce_cost)(_prod_op(False))
+sim("prod", provider="ktt", estimate=own_reduce_cost)(_prod_op(True))
 
 
 # ----------------------------------------------------------------------------------------------- var / std
@@ -494,6 +550,36 @@ for _name in ("cumsum", "cumprod"):
 
 
 # ----------------------------------------------------------------------------------------------- vector_norm
+def _pow_sfpu(a: np.ndarray, p: float) -> np.ndarray:
+    """``a ** p`` as the SFPU's exact power (correctly rounded float32, as the model's other exact SFPU ops)."""
+    with np.errstate(all="ignore"):
+        return np.power(a.astype(np.float64), p).astype(np.float32)
+
+
+@sim("vector_norm", provider="ktt", estimate=chain_cost(2))
+def vector_norm_ktt(call: SimCall) -> np.ndarray:
+    """The own kernel: float32 data as float32 SFPU ops (|x|, x * x or |x| ** p, each rounded once) summed with SFPU
+    float32 adds, then the root (p = +-inf: the largest / smallest |x| by SFPU compares, exact); other formats, and
+    ``fp32_reduce="tf32"``, as TT-NN's ``moreh_norm``."""
+    r = reduction(call)
+    if r.fmt != "float32" or not call.numerics.exact_sums:
+        return vector_norm(call)
+    p = float(call.attrs["p"])
+    done = r.empty(0)
+    if done is not None:
+        return done
+    a = np.abs(r.x.astype(np.float32))
+    if p == 0:
+        return vector_norm(call)  # a count: exact on either path
+    if math.isinf(p):  # the SFPU's compares keep the values (the FPU max reads them as TF32)
+        return r.shaped((np.max if p > 0 else np.min)(a, axis=r.dims, keepdims=True))
+    with np.errstate(over="ignore", invalid="ignore"):
+        terms = a if p == 1 else a * a if p == 2 else _pow_sfpu(a, p)
+        s = np.sum(terms, axis=r.dims, keepdims=True, dtype=np.float32)
+        out = s if p == 1 else cm.sfpu("sqrt", s) if p == 2 else _pow_sfpu(s, 1.0 / p)
+    return r.shaped(out)
+
+
 @sim("vector_norm", estimate=chain_cost(2))
 def vector_norm(call: SimCall) -> np.ndarray:
     r = reduction(call)

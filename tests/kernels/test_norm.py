@@ -142,10 +142,9 @@ def test_rowwise_forward_matches_torch(dev, op, shape, ns, dtype):
         err = np.abs(got[0] - y)
         xabs = np.abs(x) + (np.abs(r) if fused else 0)
         assert np.all(err <= bound(a, c, y, s, mean, rstd, w, b, xabs)), (provider, err.max())
-        if fused:  # the next residual: x + residual as stored in the output dtype (the own kernel's FPU add sees
-            # float32 operands as TF32, TT-NN's separate ttnn.add adds float32 on the SFPU)
-            sx, sr = (x, r) if provider == "ttnn" or dtype == "bfloat16" else (tf32(x), tf32(r))
-            want_s = kk.to_numpy(kk.from_numpy(dev, (sx + sr).astype(np.float32), dtype))
+        if fused:  # the next residual: x + residual as stored in the output dtype (float32 added on the SFPU by
+            # TT-NN's separate ttnn.add and by the own kernel's float32 variant)
+            want_s = kk.to_numpy(kk.from_numpy(dev, (x + r).astype(np.float32), dtype))
             assert np.array_equal(got[1], want_s), provider
         stats = got[1 + fused :]
         assert all(st.dtype == np.float64 and st.shape == rstd.shape for st in stats)
