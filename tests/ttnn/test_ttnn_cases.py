@@ -45,6 +45,8 @@ CASES = {
                                  {"is_result": True, "scale": 2.0, "input_scale": 1.5}, {}),
     "elu_backward, scaled": ("elu_backward", lambda d: [t(d, (3, 37)), t(d, (3, 37))], {"scale": 2.0}, {}),
     "addmm, full bias": ("addmm", lambda d: [t(d, (4, 2)), t(d, (4, 8)), t(d, (8, 2))], {"alpha": 2.0}, {}),
+    "linear, float32 split with bias": ("linear", lambda d: [t(d, (4, 40), "float32"), t(d, (8, 40), "float32"),
+                                                          t(d, (8,), "float32")], {"transpose_w": True}, {}),
     "concat": ("concat", lambda d: [t(d, (2, 3)), t(d, (2, 4))], {"dim": 1}, {}),
     "argmax, bfloat8_b": ("argmax", lambda d: [t(d, (4, 64), "bfloat8_b", "tile")], {"dim": 1}, {}),
     "zeros": ("zeros", lambda d: [], {"shape": (3, 4)}, {}),
