@@ -379,9 +379,16 @@ def reduce_max(
 # ---------------------------------------------------------------------------------------------------------- SFPU
 
 
+def torch64(fn: Callable[[torch.Tensor], torch.Tensor], x: npt.ArrayLike) -> np.ndarray:
+    """A torch float64 function (erf, lgamma, digamma, ...) on NumPy values of any shape, 0-d included: a NumPy
+    scalar or 0-d array gives a 0-d array (``np.ascontiguousarray`` would make it 1-d, ``torch.from_numpy`` refuses
+    a NumPy scalar)."""
+    a = np.asarray(x, dtype=np.float64)
+    return fn(torch.from_numpy(a if a.flags.c_contiguous else a.copy())).numpy()
+
+
 def _erf64(x: np.ndarray, complement: bool = False) -> np.ndarray:
-    fn = torch.special.erfc if complement else torch.special.erf
-    return fn(torch.from_numpy(x)).numpy()
+    return torch64(torch.special.erfc if complement else torch.special.erf, x)
 
 
 def _sigmoid64(x: np.ndarray) -> np.ndarray:

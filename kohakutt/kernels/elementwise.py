@@ -43,9 +43,7 @@ def _f64(x: Any) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def _t64(fn: Callable[[torch.Tensor], torch.Tensor], x: np.ndarray) -> np.ndarray:
-    """A torch float64 special function (lgamma, digamma, erfinv, ...) on a NumPy array."""
-    return fn(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))).numpy()
+_t64 = cardmath.torch64
 
 
 def compute_values(call: SimCall, dtype: DType, which: slice = slice(None)) -> list[np.ndarray]:

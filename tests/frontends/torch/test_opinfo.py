@@ -78,7 +78,7 @@ SEED = 1234
 
 # OpInfos swept although their samples reach no Core ATen overload: ops that models call and Core ATen leaves out
 # (each is in the fast subset too)
-EXTRA_NAMES = ("isin",)  # fmt: skip
+EXTRA_NAMES = ("isin", "erfc", "erfinv", "lgamma", "digamma")  # fmt: skip
 
 # the fast subset: OpInfos (by full name) reaching Core ATen ops, a few samples each, float32 and bfloat16
 FAST = (
