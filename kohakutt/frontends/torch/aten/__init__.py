@@ -22,6 +22,9 @@ FAMILIES = (
     "upsample",
     "linalg_decomp",
     "search",
+    "counting",
+    "margin_loss",
+    "rnn",
 )
 
 
