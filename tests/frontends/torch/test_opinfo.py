@@ -27,6 +27,8 @@ Tolerances, from the card's formats (``docs/concepts/numerics.md``):
   reference is a fused kernel (``scaled_dot_product_attention``) get no such second reference.
 - Integer and bool outputs, shapes and dtypes must match exactly; NaN must be NaN where the reference has one.
   Outputs that are indices into ties (sort, topk, argmax, max.dim...) pass when they select equal values.
+  Singular and eigen vectors (``GAUGE``) are unique only up to sign: both results go through the sample's own
+  ``output_process_fn_grad`` (|U|, |V|, U Vh, S), which keeps what is unique, before they are compared.
   Ops with nondeterministic or uninitialised outputs (random, empty; dropout asked for by ``training=True`` or
   ``dropout_p > 0``) are checked for shape and dtype only; random ones must also replay bit for bit from the same
   ``torch.manual_seed``.
@@ -75,10 +77,18 @@ RANDOM = ("rand", "normal", "bernoulli", "multinomial", "uniform", "cauchy", "ex
           "nn.functional.feature_alpha_dropout.with_train",
           "nn.functional.fractional_max_pool")  # fmt: skip
 SEED = 1234
+# decompositions whose vectors are unique only up to sign (or rotation): their samples' output_process_fn_grad keeps
+# what is unique (|U|, |V|, U Vh, S), and both results are compared through it
+GAUGE = ("linalg.svd", "svd", "linalg.eigh")
 
 # OpInfos swept although their samples reach no Core ATen overload: ops that models call and Core ATen leaves out
 # (each is in the fast subset too)
-EXTRA_NAMES = ("isin", "erfc", "erfinv", "lgamma", "digamma")  # fmt: skip
+EXTRA_NAMES = (
+    "isin", "erfc", "erfinv", "lgamma", "digamma", "searchsorted", "bucketize", "unique", "unique_consecutive",
+    "bincount", "histc", "nn.functional.channel_shuffle", "nn.functional.pixel_shuffle",
+    "nn.functional.pixel_unshuffle", "nn.functional.rrelu", "nn.functional.multi_margin_loss",
+    "nn.functional.multilabel_margin_loss", "linalg.svd", "svd", "linalg.svdvals", "linalg.eigh", "linalg.eigvalsh",
+)  # fmt: skip
 
 # the fast subset: OpInfos (by full name) reaching Core ATen ops, a few samples each, float32 and bfloat16
 FAST = (
@@ -387,6 +397,8 @@ def run_sample(op: Any, sample: Any, dtype: torch.dtype, index: int) -> Result:
         detail = f"{type(e).__name__}: {e} ({Path(where.filename).name}:{where.lineno})"
         return Result(name, str(dtype), index, "error", detail[:400], reached)
     dtypes, values = _meta_dtypes(op, sample), not nondeterministic(op, sample)
+    if name in GAUGE:  # singular / eigen vectors are unique up to sign: compare what the sample says is unique
+        host, ref, dtypes = sample.output_process_fn_grad(host), sample.output_process_fn_grad(ref), None
     problem, worst = compare(host, ref, dtype, name, sample, dtypes, values)
     if problem is not None and values and dtype in SOURCE_BITS and set(reached) & set(SOURCE_OPERANDS):
         source = source_reference(op, wide, dtype)

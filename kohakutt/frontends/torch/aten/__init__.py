@@ -25,6 +25,7 @@ FAMILIES = (
     "counting",
     "margin_loss",
     "rnn",
+    "linalg_spectral",
 )
 
 

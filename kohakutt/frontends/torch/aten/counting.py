@@ -14,8 +14,9 @@ the card, a synchronization as ``nonzero`` does (CUDA does the same):
   input is non-negative), then ``scatter_add`` of ones (int64) or of the weights into zeros, in index order as the
   CPU adds them (fp32 weights: fp32 adds in that order; other float weights give a float64 result on the CPU, which
   the card does not hold: refused).
-- ``histc``: the bin of x is ``trunc((x - min) * bins / (max - min))`` in the input's dtype, rounded after each step as
-  the CPU computes it (so elements land in the CPU's bins, x == max in the last), elements outside [min, max]
+- ``histc``: the bin of x is ``trunc((x - min) * bins / (max - min))`` in fp32, rounded after each step as the CPU
+  computes it for float32 (so float32 elements land in the CPU's bins, x == max in the last; for bfloat16 the CPU
+  rounds each step to bfloat16, which moves elements near an edge: tt keeps fp32), elements outside [min, max]
   skipped, then a ``scatter_add`` of ones, exact in fp32 below 2^24 per bin (a bfloat16 histogram is rounded once at
   the end; the CPU adds in bfloat16, which stops counting at 256). ``min == max`` takes the data's range (one
   read: ``aminmax``, a synchronization, also the CPU's finiteness check).
@@ -166,8 +167,8 @@ def _bincount(x: torch.Tensor, weights: torch.Tensor | None, minlength: int) -> 
         dtype = weights.dtype
     else:
         raise DtypeError(
-            f"bincount: {weights.dtype} weights give a float64 histogram (PyTorch's rule), which the card does not "
-            "hold; pass float32 weights (weights.float()) for a float32 histogram"
+            f"a tt tensor cannot be torch.float64: bincount with {weights.dtype} weights makes a float64 histogram "
+            "(PyTorch's rule); pass float32 weights (weights.float()) for a float32 histogram"
         )
     if x.numel() == 0:
         return torch.zeros(minlength, dtype=dtype, device=x.device)
@@ -212,13 +213,13 @@ def _histc(x: torch.Tensor, bins: int, lo: float, hi: float, out: torch.Tensor) 
     if bins <= 0:
         raise RuntimeError("torch.histc(): bins must be > 0")
     lo, hi = _edges(x, lo, hi)
-    flat = x.reshape(-1)
-    dt = x.dtype
-    # the edges as the CPU holds them: linspace(lo, hi, bins + 1) in the input dtype, whose ends are lo and hi
-    left = torch.full((), lo, dtype=dt, device=x.device)
-    right = torch.full((), hi, dtype=dt, device=x.device)
+    # the edges as the CPU holds them (linspace(lo, hi, bins + 1) in the input dtype, whose ends are lo and hi); the
+    # bin of x computed in fp32, as the CPU does for float32 (its bfloat16 kernel rounds each step to bfloat16)
+    flat = x.reshape(-1).to(torch.float32)
+    left = torch.full((), lo, dtype=x.dtype, device=x.device).to(torch.float32)
+    right = torch.full((), hi, dtype=x.dtype, device=x.device).to(torch.float32)
     inside = (flat >= left) & (flat <= right)
-    pos = ((flat - left) * bins / (right - left)).trunc()  # each step rounded in dt, as the CPU's scalar_t math
+    pos = ((flat - left) * bins / (right - left)).trunc()
     pos = torch.where(inside, pos.clamp(0, bins - 1), 0).to(_I64)
     counts = torch.zeros(bins, dtype=torch.float32, device=x.device)
     counts.scatter_add_(0, pos, inside.to(torch.float32))
