@@ -142,7 +142,7 @@ def svd(a: torch.Tensor, full: bool, uv: bool) -> tuple[torch.Tensor | None, tor
 def _linalg_svd(a: Args, outs: list[torch.Tensor]) -> None:
     A, full, uv = a.A, bool(a.full_matrices), bool(a.compute_uv)
     U, S, Vh = outs
-    batch, (m, n) = A.shape[:-2], A.shape[-2:]
+    m, n = A.shape[-2:]
     if S.numel() == 0:  # an empty batch or matrix: identities where full matrices are asked for
         if uv and U.numel():
             U.copy_(torch.eye(m, U.shape[-1], dtype=U.dtype, device=U.device).expand(U.shape))
