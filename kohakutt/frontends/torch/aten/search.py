@@ -94,4 +94,6 @@ def _searchsorted(a: Args, outs: list[torch.Tensor]) -> None:
     ir_ops=("searchsorted", "typecast"),
 )  # fmt: skip
 def _bucketize(a: Args, outs: list[torch.Tensor]) -> None:
+    if a.boundaries.dim() != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({a.boundaries.dim()})")
     _search(a.boundaries, a.self, bool(a.right), None, outs[0], a._index)
