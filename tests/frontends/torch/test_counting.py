@@ -159,5 +159,7 @@ def test_histc_bfloat16_counts_in_fp32():
 def test_histc_refusals_as_the_cpu():
     with pytest.raises(RuntimeError, match="not finite"):
         torch.histc(torch.tensor([1.0, float("inf")], device=DEV), bins=3)
+    with pytest.raises(DtypeError, match="floating point"):
+        torch.histc(torch.tensor([1, 2], device=DEV), bins=3)
     with pytest.raises(RuntimeError, match="max must be larger than min"):
         torch.histc(torch.tensor([1.0], device=DEV), bins=3, min=2, max=1)

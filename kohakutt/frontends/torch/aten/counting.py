@@ -210,6 +210,8 @@ def _edges(x: torch.Tensor, lo: float, hi: float) -> tuple[float, float]:
 
 
 def _histc(x: torch.Tensor, bins: int, lo: float, hi: float, out: torch.Tensor) -> None:
+    if not x.is_floating_point():
+        raise DtypeError(f"histc: the input must be floating point (as on the CPU), got {x.dtype}; use x.float()")
     if bins <= 0:
         raise RuntimeError("torch.histc(): bins must be > 0")
     lo, hi = _edges(x, lo, hi)
