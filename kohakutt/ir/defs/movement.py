@@ -15,12 +15,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from kohakutt.errors import DtypeError
+import numpy as np
+
+from kohakutt.errors import DtypeError, IntegerOverflowError
 from kohakutt.hal.layout import Layout
 from kohakutt.ir.dtypes import DType, promote
 from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, broadcast_shapes, define, norm_dim
 
-INDEX_DTYPES = (DType.INT32, DType.INT64, DType.UINT32, DType.UINT16, DType.UINT8)  # int64: int32 values
+INDEX_DTYPES = (DType.INT32, DType.INT64, DType.UINT32, DType.UINT16, DType.UINT8)  # int64 past int32: out of range
 REDUCTIONS = (None, "sum", "prod", "mean", "amax", "amin")
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
@@ -574,8 +576,25 @@ def _created(shape: Any, dtype: Any, layout: Any, op: str) -> TensorSpec:
     return TensorSpec(tuple(shape), dt, lay)
 
 
+def _fits(dt: DType, values: Sequence[Any], op: str) -> None:
+    """Raise IntegerOverflowError when a value ``op`` would store in integer dtype ``dt`` does not fit it."""
+    if dt.is_float or dt is DType.BOOL:
+        return
+    info = np.iinfo(dt.compute)
+    for v in values:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise IntegerOverflowError(f"{op}: {v} has no {dt.value} value")
+        if not info.min <= int(v) <= info.max:
+            raise IntegerOverflowError(
+                f"{op}: the value {v} does not fit {dt.value} [{info.min}, {info.max}]; use a wider dtype (int64) "
+                "or a float dtype"
+            )
+
+
 def _full(inputs, attrs):
-    return [_created(attrs["shape"], attrs["dtype"], attrs["layout"], "full")]
+    spec = _created(attrs["shape"], attrs["dtype"], attrs["layout"], "full")
+    _fits(spec.dtype, [attrs["value"]], "full")
+    return [spec]
 
 
 def _filled(op):
@@ -605,7 +624,9 @@ def arange_params(attrs: dict[str, Any]) -> tuple[float, float, float, int, DTyp
 
 
 def _arange(inputs, attrs):
-    _, _, _, n, dt = arange_params(attrs)
+    start, _, step, n, dt = arange_params(attrs)
+    if n:
+        _fits(dt, [start, start + (n - 1) * step], "arange")
     return [_created((n,), dt.value, attrs["layout"], "arange")]
 
 
