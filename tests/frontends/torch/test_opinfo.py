@@ -77,11 +77,12 @@ RTOL = {torch.float32: 2.0**-9, torch.bfloat16: 2.0**-6}
 DTYPES = (torch.float32, torch.bfloat16)
 INDEX_OUTPUTS = {"sort", "topk", "argmax", "argmin", "max", "min", "kthvalue", "mode", "median", "nanmedian",
                  "argsort", "msort", "cummax", "cummin", "aminmax"}  # fmt: skip
-# name prefixes of random OpInfos (so also randn, dropout2d / 3d, fractional_max_pool2d / 3d)
+# name prefixes of random OpInfos (so also randn, dropout2d / 3d, fractional_max_pool2d / 3d; the randomized low-rank
+# SVD / PCA, whose results depend on the random projection they draw)
 RANDOM = ("rand", "normal", "bernoulli", "multinomial", "uniform", "cauchy", "exponential", "log_normal",
           "geometric", "nn.functional.dropout", "nn.functional.alpha_dropout",
           "nn.functional.feature_alpha_dropout.with_train",
-          "nn.functional.fractional_max_pool")  # fmt: skip
+          "nn.functional.fractional_max_pool", "svd_lowrank", "pca_lowrank")  # fmt: skip
 SEED = 1234
 # decompositions whose vectors are unique only up to sign (or rotation): their samples' output_process_fn_grad keeps
 # what is unique (|U|, |V|, U Vh, S), and both results are compared through it
