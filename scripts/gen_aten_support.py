@@ -133,8 +133,8 @@ def render() -> str:
         parts = ", ".join(f"{t[s]} {s}" for s in STATUSES if t.get(s))
         lines.append(
             f"- Conformance (torch {record['torch']}): {record['samples']} samples of {len(record['opinfos'])} "
-            f"OpInfos and ModuleInfos in {record['seconds']:.0f} s: **{rate:.1f}% pass** of those run ({parts}; a sample is run "
-            "unless its CPU reference fails: skip)."
+            f"OpInfos and ModuleInfos in {record['seconds']:.0f} s: **{rate:.1f}% pass** of those run ({parts}; a "
+            "sample is run unless its CPU reference fails: skip)."
         )
         policy = record.get("dtype_policy_refusals")
         if policy is not None:
