@@ -44,8 +44,11 @@ def _f64(x: Any) -> np.ndarray:
 
 
 def _t64(fn: Callable[[torch.Tensor], torch.Tensor], x: np.ndarray) -> np.ndarray:
-    """A torch float64 special function (lgamma, digamma, erfinv, ...) on a NumPy array."""
-    return fn(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))).numpy()
+    """A torch float64 special function (lgamma, digamma, erfinv, ...) on NumPy values of any shape, 0-d included (a
+    NumPy scalar or 0-d array gives a 0-d array: ``np.ascontiguousarray`` would make it 1-d, and ``torch.from_numpy``
+    refuses a NumPy scalar)."""
+    a = np.asarray(x, dtype=np.float64)
+    return fn(torch.from_numpy(a if a.flags.c_contiguous else a.copy())).numpy()
 
 
 def compute_values(call: SimCall, dtype: DType, which: slice = slice(None)) -> list[np.ndarray]:

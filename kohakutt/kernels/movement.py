@@ -238,6 +238,8 @@ _NP_PAD = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "c
 def pad(call: SimCall) -> np.ndarray:
     x, a = call.inputs[0], call.attrs
     widths = mdefs.pad_widths(x.shape, a["pads"], a["mode"])
+    if not widths:
+        return x.copy()  # a 0-d tensor: nothing to pad (np.pad reads an empty width list as floats)
     x = x[tuple(slice(max(-lo, 0), n - max(-hi, 0)) for n, (lo, hi) in zip(x.shape, widths))]  # negative pads crop
     grow = [(max(lo, 0), max(hi, 0)) for lo, hi in widths]
     if a["mode"] == "constant":

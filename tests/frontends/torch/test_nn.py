@@ -641,3 +641,20 @@ def test_transformer_encoder_layer_inference_fast_path(norm_first, activation):
     with torch.no_grad():
         ref = layer.double()(x.double(), src_key_padding_mask=pad)
     within(out, ref, rel(ref, 2**-6), "TransformerEncoderLayer")
+
+
+# ------------------------------------------------------------------------------------------------- channel_shuffle
+@pytest.mark.parametrize("groups", [1, 2, 3, 6])
+def test_channel_shuffle_moves_values_exactly(groups):
+    x = randn(2, 6, 3, 2, seed=40)
+    for dtype in (torch.float32, torch.bfloat16):
+        t = x.to(dtype)
+        assert torch.equal(F.channel_shuffle(t.to(DEV), groups).cpu(), F.channel_shuffle(t, groups))
+        assert torch.equal(torch.nn.ChannelShuffle(groups)(t.to(DEV)).cpu(), F.channel_shuffle(t, groups))
+    xt = x.to(DEV).requires_grad_()
+    F.channel_shuffle(xt, groups).backward(randn(2, 6, 3, 2, seed=41).to(DEV))
+    xc = x.clone().requires_grad_()
+    F.channel_shuffle(xc, groups).backward(randn(2, 6, 3, 2, seed=41))
+    assert torch.equal(xt.grad.cpu(), xc.grad)
+    with pytest.raises(RuntimeError, match="divisible"):
+        F.channel_shuffle(x.to(DEV), 4)
