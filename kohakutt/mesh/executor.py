@@ -253,6 +253,12 @@ def run(op: str, inputs: Sequence[Any], attrs: dict[str, Any] | None = None, *,
         raise MeshError(f"{op} has {len(out_specs)} output(s), got {len(out)} out tensors")  # type: ignore[arg-type]
     for i, need in enumerate(dec.inputs):
         if need is not None and locs[i].placement != need:
+            x = inputs[i]
+            if (isinstance(locs[i].placement, Partial) and not isinstance(need, Partial)
+                    and _settle(x, ms, log, _name(i, n_in))):
+                locs[i] = x.local()  # the storage itself is summed now: later reads of it cost nothing
+                if locs[i].placement == need:
+                    continue
             locs[i] = convert(locs[i], need, mesh, ms, temps, _name(i, n_in), log)
     programs = dec.programs
     computed = list(dec.outputs)
@@ -292,6 +298,17 @@ def run(op: str, inputs: Sequence[Any], attrs: dict[str, Any] | None = None, *,
                                             for t, w in zip(targets, writes)),
                                       tuple(log), dec.reason))
     return results
+
+
+def _settle(x: MeshTensor, ms: MeshStream, log: list | None, name: str) -> bool:
+    """Sum a Partial storage in place (all-reduce), so that it is read as replicated from now on. Not done for a
+    view of part of it, nor inside a capture for a storage made before it (a replay would find it Partial)."""
+    st = x.storage
+    cap = st.mesh._capture
+    if not x.covers_storage or (cap is not None and st.trace is not cap):
+        return False
+    make_replicated(st, ms, f"{name}: a Partial tensor is summed once, where it is first read", log)
+    return True
 
 
 def _pad(xs: list, n: int | None, out: Any) -> list:
