@@ -266,7 +266,9 @@ def run(op: str, inputs: Sequence[Any], attrs: dict[str, Any] | None = None, *,
         from kohakutt.ir import ops as irops
 
         stage = rules.Step(op, bound | {"keepdim": True}, tuple(range(len(locs))))
-        kept = irops.infer(op, specs, bound | {"keepdim": True})
+        kept = irops.infer(op, specs, bound | {"keepdim": True})  # each chip's result: size 1 on the reduced dims
+        d = dec.inputs[0].dim  # type: ignore[union-attr]
+        kept = [o.with_(shape=o.shape[:d] + (mesh.size,) + o.shape[d + 1 :]) for o in kept]  # one per chip on d
         firsts = [_stage_out(mesh, ms, o, p, temps) for o, p in zip(kept, computed)]
         _run_programs(mesh, ms, ((stage,),) * mesh.size, locs, firsts, seed=None)
         locs = [convert(f, Replicate(), mesh, ms, temps, f"{op} partial result", log, "two-stage reduction")

@@ -54,8 +54,8 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-class _Log(threading.local):
-    depth = 0
+class _Log:
+    depth = 0  # process-wide: the autograd engine runs a backward on its own thread
 
 
 _state = _Log()
@@ -77,16 +77,18 @@ def add(record: PlacementRecord) -> None:
 
 @contextmanager
 def record_placements(clear: bool = True) -> Iterator[list[PlacementRecord]]:
-    """Record every mesh op of this thread in the block (the log is emptied first unless ``clear=False``); yields
+    """Record every mesh op in the block (of any thread: backward passes run on autograd's) (the log is emptied first unless ``clear=False``); yields
     the list the records go to (also :func:`placement_log`)."""
     if clear:
         with _lock:
             _records.clear()
-    _state.depth += 1
+    with _lock:
+        _state.depth += 1
     try:
         yield _records
     finally:
-        _state.depth -= 1
+        with _lock:
+            _state.depth -= 1
 
 
 def placement_log() -> list[PlacementRecord]:

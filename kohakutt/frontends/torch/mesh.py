@@ -391,11 +391,12 @@ def _apply(module: torch.nn.Module, device: torch.device, plan: dict[int, Placem
         if recurse:
             module._apply(fn)
         else:
-            for key, p in list(module._parameters.items()):
+            for p in module._parameters.values():
                 if p is not None:
-                    new = torch.nn.Parameter(fn(p.detach()), requires_grad=p.requires_grad)
+                    where = plan.get(id(p))
+                    new = torch.nn.Parameter(distribute(p.detach(), device, where, dtype), requires_grad=p.requires_grad)
                     if p.grad is not None:
-                        new.grad = fn(p.grad)
+                        new.grad = distribute(p.grad, device, where, dtype)
                     torch.utils.swap_tensors(p, new)
             for key, b in list(module._buffers.items()):
                 if b is not None:
