@@ -175,7 +175,12 @@ class MeshDevice:
 
     @property
     def closed(self) -> bool:
-        return self._closed or any(d.closed for d in self.chips)
+        if self._closed:
+            return True
+        for d in self.chips:
+            if d._closed:
+                return True
+        return False
 
     def check_open(self, use: str) -> None:
         if self.closed:

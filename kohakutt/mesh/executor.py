@@ -15,6 +15,7 @@ from typing import Any
 from kohakutt.errors import KohakuTTError
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.ops import ScalarSpec, TensorSpec
+from kohakutt.kernels import runner
 from kohakutt.kernels.tensor import DeviceTensor
 from kohakutt.mesh import collectives as coll
 from kohakutt.mesh import layout
@@ -51,7 +52,7 @@ def creation_placement(st: MeshStorage) -> Placement:
 
 def view_placement(t: MeshTensor, physical: Placement) -> Placement:
     """The placement view ``t`` would have if its storage were placed ``physical`` (Replicate when not aligned)."""
-    if not isinstance(physical, Sharded):
+    if physical.__class__ is not Sharded:
         return physical
     st = t.storage
     if t.spec.dtype.itemsize != st.itemsize:
@@ -93,11 +94,21 @@ def physical_for(t: MeshTensor, target: Sharded) -> Sharded | None:
     return cand if view_placement(t, cand) == target else None
 
 
+_for_view: dict[tuple, Placement] = {}
+
+
 def place_for_view(t: MeshTensor, target: Placement, stream: MeshStream) -> None:
     """Place ``t``'s unplaced storage so that view ``t`` is ``target`` (replicated when no placement does that)."""
     phys: Placement = target
     if isinstance(target, Sharded):
-        phys = physical_for(t, target) or Replicate()
+        st = t.storage
+        key = (t.spec, t.strides, t.offset, st.physical, st.itemsize, target)
+        got = _for_view.get(key)
+        if got is None:
+            if len(_for_view) >= 4096:
+                _for_view.clear()
+            got = _for_view[key] = physical_for(t, target) or Replicate()
+        phys = got
     t.storage.place(phys, stream)
 
 
@@ -184,12 +195,10 @@ def convert(x: Local, target: Placement, mesh: MeshDevice, stream: MeshStream, t
 
 
 def _to_partial(x: Local, mesh: MeshDevice, stream: MeshStream, temps: list) -> Local:
-    from kohakutt import kernels as kk
-
     views = [x.views[0]]
     for c in range(1, mesh.size):
         v = x.views[c]
-        z = kk.run("full", [], {"shape": v.spec.shape, "value": 0, "dtype": v.spec.dtype.value},
+        z = runner.run("full", [], {"shape": v.spec.shape, "value": 0, "dtype": v.spec.dtype.value},
                    device=mesh.chips[c], stream=stream.streams[c])[0]
         temps.append(z)
         views.append(z)
@@ -278,8 +287,6 @@ def run(op: str, inputs: Sequence[Any], attrs: dict[str, Any] | None = None, *,
     results, targets, writes = _bind(mesh, ms, out, out_specs, computed, wants, prefers, dec.creates, temps)
     seed = None
     if dec.random:
-        from kohakutt.kernels import runner
-
         seed = runner.mesh_seed(mesh.chips[0], sum(s.numel for s in out_specs))
     _run_programs(mesh, ms, programs or ((rules.Step(op, bound, tuple(range(len(locs)))),),) * mesh.size, locs,
                   writes, seed=seed)
@@ -401,8 +408,6 @@ def _stage_out(mesh: MeshDevice, ms: MeshStream, spec: TensorSpec, p: Placement,
 
 def _run_programs(mesh: MeshDevice, ms: MeshStream, programs: Sequence[Sequence[rules.Step]], locs: list,
                   writes: list[Local], seed: tuple[int, int] | None) -> None:
-    from kohakutt import kernels as kk
-
     for c, dev in enumerate(mesh.chips):
         outs = [w.views[c] for w in writes]
         if outs and all(o.spec.numel == 0 for o in outs):
@@ -421,7 +426,7 @@ def _run_programs(mesh: MeshDevice, ms: MeshStream, programs: Sequence[Sequence[
                 else:
                     args.append(a[1])
             last = n == len(prog) - 1
-            res = kk.run(step.op, args, step.attrs, out=outs if last else None, device=dev, stream=s,
+            res = runner.run(step.op, args, step.attrs, out=outs if last else None, device=dev, stream=s,
                          seed=seed)
             if not last:
                 made.append(res[0] if len(res) == 1 else res)
@@ -431,8 +436,6 @@ def _run_programs(mesh: MeshDevice, ms: MeshStream, programs: Sequence[Sequence[
 
 
 def _copy_into(mesh: MeshDevice, ms: MeshStream, src: Local, dst: Local) -> None:
-    from kohakutt import kernels as kk
-
     for c, dev in enumerate(mesh.chips):
         if dst.views[c].spec.numel:
-            kk.run("copy", [src.views[c]], out=[dst.views[c]], device=dev, stream=ms.streams[c])
+            runner.run("copy", [src.views[c]], out=[dst.views[c]], device=dev, stream=ms.streams[c])

@@ -22,9 +22,22 @@ def contiguous(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
+_physicals: dict[tuple, tuple[int, ...] | None] = {}
+
+
 def physical(sizes: Sequence[int], strides: Sequence[int], nbytes: int, itemsize: int) -> tuple[int, ...] | None:
     """The physical shape of a storage of ``nbytes`` made for a tensor of ``sizes`` and ``strides``: its dims in
     memory order, when the tensor covers the storage densely (any permutation of a contiguous layout); else None."""
+    key = (tuple(sizes), tuple(strides), nbytes, itemsize)
+    got = _physicals.get(key, False)
+    if got is False:
+        if len(_physicals) >= 4096:
+            _physicals.clear()
+        got = _physicals[key] = _physical(sizes, strides, nbytes, itemsize)
+    return got  # type: ignore[return-value]
+
+
+def _physical(sizes: Sequence[int], strides: Sequence[int], nbytes: int, itemsize: int) -> tuple[int, ...] | None:
     dims = sorted(((st, n) for n, st in zip(sizes, strides) if n != 1), key=lambda d: -d[0])
     acc = 1
     for st, n in reversed(dims):
@@ -67,10 +80,28 @@ def split_view(shape: Sequence[int], strides: Sequence[int], offset: int,
     return parts
 
 
+Located = tuple[int, tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...]]
+_located: dict[tuple, Located | None] = {}
+
+
 def localize(shape: Sequence[int], strides: Sequence[int], offset: int, p_shape: Sequence[int], p: int,
-             sizes: Sequence[int]) -> tuple[int, tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...]] | None:
+             sizes: Sequence[int]) -> Located | None:
     """Where a view of a storage sharded on physical dim ``p`` with ``sizes`` lives: (the view dim that is sharded,
-    per chip (local shape, local strides, local offset)), or None when the view does not keep the sharding."""
+    per chip (local shape, local strides, local offset)), or None when the view does not keep the sharding.
+    Cached: a training step's tensors repeat a few layouts."""
+    key = (tuple(shape), tuple(strides), offset, tuple(p_shape), p, tuple(sizes))
+    got = _located.get(key, False)
+    if got is not False:
+        return got  # type: ignore[return-value]
+    got = _localize(shape, strides, offset, p_shape, p, sizes)
+    if len(_located) >= 4096:
+        _located.clear()
+    _located[key] = got
+    return got
+
+
+def _localize(shape: Sequence[int], strides: Sequence[int], offset: int, p_shape: Sequence[int], p: int,
+              sizes: Sequence[int]) -> Located | None:
     parts = split_view(shape, strides, offset, p_shape)
     if parts is None:
         return None
@@ -100,17 +131,16 @@ def localize(shape: Sequence[int], strides: Sequence[int], offset: int, p_shape:
     # the split dim must be its view dim's outermost part, so a chip's share of that view dim is one range
     if next(k for k, pt in enumerate(parts) if pt[0] == j_star) != star:
         return None
-    chip_of = []
-    for t in range(n_star):
-        lo = o_p + t * m_star
-        hi = lo + span
-        c = next(i for i in range(len(sizes)) if lo < starts[i] + sizes[i]) if lo < Pp else None
-        if c is None or hi >= starts[c] + sizes[c]:
-            return None
-        chip_of.append(c)
-    if chip_of != sorted(chip_of):
+    ends = [st + sz for st, sz in zip(starts, sizes)]
+    below = [0]  # how many t have their block start below each chip's end
+    for e in ends:
+        k = min(max(-(-(e - o_p) // m_star), 0), n_star)
+        if k and o_p + (k - 1) * m_star + span >= e:
+            return None  # the block of t = k - 1 straddles the boundary
+        below.append(k)
+    if below[-1] != n_star:
         return None
-    counts = [chip_of.count(c) for c in range(len(sizes))]
+    counts = [below[c + 1] - below[c] for c in range(len(sizes))]
     out = []
     first = 0
     for c, kc in enumerate(sizes):

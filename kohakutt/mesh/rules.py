@@ -637,12 +637,12 @@ def decide(op: str, specs: Sequence[Spec], places: Sequence[Placement | None], a
         hit = _cache.get(key)
     except TypeError:
         key, hit = None, None
-    d = irops.get(op)
-    bound = d.bind_attrs(attrs)
     if hit is not None:
         if stats is not None:
             stats.decisions["hit"] += 1
-        return hit[0], hit[1], bound
+        return hit
+    d = irops.get(op)
+    bound = d.bind_attrs(attrs)
     outs = d.infer(list(specs), bound)
     ctx = Ctx(op, d, list(specs), list(places), bound, list(outs), list(wants), list(prefers), chips,
               link.bytes_per_s, link.latency_s * 1e9)
@@ -664,7 +664,7 @@ def decide(op: str, specs: Sequence[Spec], places: Sequence[Placement | None], a
     if key is not None:
         if len(_cache) >= CACHE_SIZE:
             _cache.clear()
-        _cache[key] = (dec, outs)  # type: ignore[assignment]
+        _cache[key] = (dec, list(outs), bound)  # type: ignore[assignment]
     return dec, list(outs), bound
 
 

@@ -220,7 +220,7 @@ class MeshTensor:
     def covers_storage(self) -> bool:
         """Whether the view is every element of its storage exactly once, in the storage's own element size."""
         s = self.storage
-        if self.spec.dtype.itemsize != s.itemsize or self.spec.numel != s.numel or self.offset != 0:
+        if self.offset != 0 or self.spec.dtype.itemsize != s.itemsize or self.spec.numel != s.numel:
             return False
         return layout.physical(self.spec.shape, self.strides, s.nbytes, s.itemsize) is not None
 
