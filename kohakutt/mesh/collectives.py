@@ -76,8 +76,57 @@ def _rebind(t: DeviceTensor, buf: Any) -> DeviceTensor:
     return t if t.buffer is buf else DeviceTensor(buf, t.spec, t.strides, t.offset)
 
 
+def _half_ttnn(*buffers: Any, meeting: _Meeting, rank: int, kind: str, dim: int | None, pair: Any) -> None:
+    """A collective's half on a card: the chips meet; the first calls TT-NN's collective over both chips' tensors
+    (typed whole buffers ``buffers = (input, output)``) and copies each chip's result into its output."""
+    meeting.values[rank] = buffers
+    try:
+        meeting.wait()
+        if rank == 0:
+            ins = [b[0].handle.tensor for b in meeting.values]
+            results = pair.collective(kind, ins, dim)
+            for (_, out), r in zip(meeting.values, results):
+                pair.ttnn.copy(input_a=r, input_b=out.handle.tensor)
+    except BaseException:
+        meeting.barrier.abort()
+        raise
+    meeting.wait()
+
+
+def _queue_ttnn(name: str, mesh: MeshDevice, stream: MeshStream, ins: Sequence[DeviceTensor],
+                outs: Sequence[DeviceTensor], dim: int | None, estimate_ns: float) -> None:
+    """On a card: each chip's input and output staged through typed whole buffers (what TT-NN's collectives take)."""
+    from kohakutt.kernels import runner
+    from kohakutt.mesh import ttnn_mesh
+
+    pair = ttnn_mesh.pair_of(mesh.chips[0].chip_id)
+    if pair is None:
+        raise CollectiveError(f"{name}: the chips were not opened as a TT-NN mesh")
+    meeting = _Meeting(mesh.size, name)
+    typed_in, typed_out, cmds = [], [], []
+    for c, (dev, s) in enumerate(zip(mesh.chips, stream.streams)):
+        ti = DeviceTensor(dev.allocate(shape=ins[c].spec.shape, fmt=ins[c].spec.dtype.format, stream=s), ins[c].spec)
+        to = DeviceTensor(dev.allocate(shape=outs[c].spec.shape, fmt=outs[c].spec.dtype.format, stream=s),
+                          outs[c].spec)
+        runner.run("copy", [ins[c]], out=[ti], device=dev, stream=s)
+        typed_in.append(ti)
+        typed_out.append(to)
+        cmds.append((s, Command(name, _half_ttnn, (ti.buffer, to.buffer),
+                                {"meeting": meeting, "rank": c, "kind": name, "dim": dim, "pair": pair},
+                                estimate_ns)))
+    enqueue_group(cmds)
+    for c, (dev, s) in enumerate(zip(mesh.chips, stream.streams)):
+        runner.run("copy", [typed_out[c]], out=[outs[c]], device=dev, stream=s)
+        dev.free(typed_in[c].buffer, s)
+        dev.free(typed_out[c].buffer, s)
+
+
 def _queue(name: str, mesh: MeshDevice, stream: MeshStream, ins: Sequence[DeviceTensor],
-           outs: Sequence[DeviceTensor], combine: Callable[[int, list], list[np.ndarray]], estimate_ns: float) -> None:
+           outs: Sequence[DeviceTensor], combine: Callable[[int, list], list[np.ndarray]], estimate_ns: float,
+           dim: int | None = None) -> None:
+    if mesh.chips[0].backend.name == "ttnn":
+        _queue_ttnn(name, mesh, stream, ins, outs, dim, estimate_ns)
+        return
     meeting = _Meeting(mesh.size, name)
     cmds = []
     for c, s in enumerate(stream.streams):
@@ -134,7 +183,7 @@ def all_gather(x: Local, mesh: MeshDevice, stream: MeshStream, temps: list) -> L
 
     shard = max(_bytes(v.spec) for v in x.views)
     est = mesh.link.transfer_ns(shard) + _bytes(x.spec) / mesh.card.dram_bytes_per_s * 1e9
-    _queue("all_gather", mesh, stream, x.views, outs, combine, est)
+    _queue("all_gather", mesh, stream, x.views, outs, combine, est, dim)
     mesh.stats.count("all_gather", shard)
     return Local(x.spec, Replicate(), tuple(outs))
 
@@ -175,7 +224,7 @@ def reduce_scatter(x: Local, target: Sharded, mesh: MeshDevice, stream: MeshStre
 
     part = max(_bytes(sp) for sp in specs)
     est = mesh.link.transfer_ns(part) + 3 * part / mesh.card.dram_bytes_per_s * 1e9
-    _queue("reduce_scatter", mesh, stream, x.views, outs, combine, est)
+    _queue("reduce_scatter", mesh, stream, x.views, outs, combine, est, dim)
     mesh.stats.count("reduce_scatter", part)
     return Local(x.spec, target, tuple(outs))
 

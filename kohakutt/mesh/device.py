@@ -301,6 +301,10 @@ def open_mesh(chips: tuple[int, ...] | list[int] = (0, 1)) -> MeshDevice:
             raise DeviceError(f"the mesh of chips {list(other.chip_ids)} is open; one mesh at a time "
                               "(close it first)")
         devices = []
+        if hal.backend_choice()[0] == "ttnn":  # the pair opens as one TT-NN mesh, fabric first
+            from kohakutt.mesh import ttnn_mesh
+
+            ttnn_mesh.open_pair(chips)
         try:
             for c in chips:
                 devices.append(hal.open_device(c))

@@ -360,77 +360,92 @@ def softmax(ctx: Ctx) -> Decision | None:
     return pointwise(ctx, excluded=(ctx.attrs.get("dim", -1),))
 
 
-def _batch_like(ctx: Ctx, x: int, shardable: Sequence[int], param_outputs_partial: bool, why: str) -> Decision | None:
-    """Ops that are independent along ``shardable`` dims of operand ``x`` (norms, conv / pool batches, attention
-    heads): every operand and output with that dim (same size, same leading dims) is sharded with it, the others
-    (parameters) replicated; in a backward, parameter-shaped outputs (sums over the batch) are Partial."""
+def _batch_like(ctx: Ctx, x: int, shardable: Sequence[int], batch: set[int], partial_outs: set[int],
+                why: str, broadcast: set[int] = frozenset()) -> Decision | None:  # type: ignore[assignment]
+    """Ops independent along ``shardable`` dims of operand ``x`` (norms, conv / pool batches, attention heads): the
+    ``batch`` operands are sharded with it (``broadcast`` ones too where their dim is not 1), the others (parameters)
+    replicated; outputs are sharded with it, except ``partial_outs`` (a backward's parameter gradients: sums over
+    the batch, so Partial)."""
     sx = ctx.specs[x]
-    cands: list[Candidate] = [(tuple(Replicate() if ctx.tensor(i) else None for i in range(len(ctx.specs))),
-                               tuple(Replicate() for _ in ctx.outs), None, f"{why}: replicated")]
-    dims = set(d for d in shardable if sx.shape[d] > 1)
-    for i in range(len(ctx.specs)):
-        p = ctx.places[i]
-        if isinstance(p, Sharded) and ctx.specs[i].ndim == sx.ndim and p.dim in dims:
-            pass
-    for d in sorted(dims):
-        sizes = _sizes_for(ctx, sx.shape[d], *(ctx.places[i] for i in range(len(ctx.specs))
+    reps = tuple(Replicate() if ctx.tensor(i) else None for i in range(len(ctx.specs)))
+    cands: list[Candidate] = [(reps, tuple(Replicate() for _ in ctx.outs), None, f"{why}: replicated")]
+    for d in sorted(d for d in shardable if sx.shape[d] > 1):
+        sizes = _sizes_for(ctx, sx.shape[d], *(ctx.places[i] for i in sorted(batch)
                                                 if isinstance(ctx.places[i], Sharded) and ctx.places[i].dim == d))
-
-        def with_dim(s: Spec, d: int = d) -> bool:
-            return isinstance(s, TensorSpec) and s.ndim > d and s.shape[: d + 1] == sx.shape[: d + 1]
-
-        needs = tuple((Sharded(d, sizes) if with_dim(s) else Replicate()) if isinstance(s, TensorSpec) else None
-                      for s in ctx.specs)
-        outs = []
-        for o in ctx.outs:
-            if with_dim(o):
-                outs.append(Sharded(d, sizes))
-            elif o.numel == 0 or o.numel == 1 and not param_outputs_partial:
-                outs.append(Replicate())
-            elif param_outputs_partial:
-                outs.append(Partial())
-            else:
+        needs: list[Placement | None] = list(reps)
+        ok = True
+        for i in batch | broadcast:
+            s = ctx.specs[i] if i < len(ctx.specs) else None
+            if not isinstance(s, TensorSpec):
+                continue
+            if s.ndim != sx.ndim or (s.shape[d] != sx.shape[d] and not (i in broadcast and s.shape[d] == 1)):
+                ok = False
                 break
-        else:
-            cands.append((needs, tuple(outs), None, f"{why}: dim {d} stays sharded"))
+            needs[i] = Sharded(d, sizes) if s.shape[d] == sx.shape[d] else Replicate()
+        outs = []
+        for k, o in enumerate(ctx.outs):
+            if o.numel == 0:
+                outs.append(Replicate())
+            elif k in partial_outs:
+                outs.append(Partial())
+            elif o.ndim > d and o.shape[d] == sx.shape[d]:
+                outs.append(Sharded(d, sizes))
+            else:
+                ok = False
+        if ok:
+            cands.append((tuple(needs), tuple(outs), None, f"{why}: dim {d} stays sharded"))
     return _choose(ctx, cands)
+
+
+_NORM_OPERANDS = {  # op -> (the input x, the operands sharded with it, how many outputs are not parameter-shaped)
+    "layer_norm": (0, {0}, 3), "rms_norm": (0, {0}, 2), "add_layer_norm": (0, {0, 1}, 4),
+    "add_rms_norm": (0, {0, 1}, 3), "layer_norm_backward": (1, {0, 1, 2, 3}, 1),
+    "rms_norm_backward": (1, {0, 1, 2}, 1), "group_norm": (0, {0}, 3), "group_norm_backward": (1, {0, 1, 2, 3}, 1),
+}  # fmt: skip
 
 
 def norm(ctx: Ctx) -> Decision | None:
     op = ctx.op
-    sx = ctx.specs[1 if op.endswith("_backward") else 0]
-    if op.startswith(("batch_norm",)):
-        return None
+    if op not in _NORM_OPERANDS:
+        return None  # batch norm: statistics over the batch
+    x, batch, sharded_outs = _NORM_OPERANDS[op]
+    sx = ctx.specs[x]
     if op.startswith("group_norm"):
         shardable: Sequence[int] = (0,)
     else:
         from kohakutt.ir.defs.norm import normalized
 
         shardable = range(normalized(sx.shape, ctx.attrs.get("normalized_shape"), op))
-    return _batch_like(ctx, 1 if op.endswith("_backward") else 0, shardable, op.endswith("_backward"),
-                       f"{op}: the normalized dims stay whole")
+    partial = set(range(sharded_outs, len(ctx.outs))) if op.endswith("_backward") else set()
+    return _batch_like(ctx, x, shardable, batch, partial, f"{op}: the normalized dims stay whole")
 
 
 def attention(ctx: Ctx) -> Decision | None:
     if ctx.attrs.get("dropout_p"):
         return None
-    if ctx.op not in ("scaled_dot_product_attention", "sdpa_backward"):
+    if ctx.op == "scaled_dot_product_attention":
+        q, batch, n = 0, {0, 1, 2}, 3
+    elif ctx.op == "sdpa_backward":
+        q, batch, n = 1, {0, 1, 2, 3, 4, 5}, 6
+    else:
         return None
-    q = 1 if ctx.op == "sdpa_backward" else 0
-    sq = ctx.specs[q]
-    k = ctx.specs[q + 1]
-    shardable = [d for d in range(sq.ndim - 2) if d < k.ndim - 2 and k.shape[d] == sq.shape[d]]
-    return _batch_like(ctx, q, shardable, False, "attention: batch and head dims")
+    sq, sk = ctx.specs[q], ctx.specs[q + 1]
+    shardable = [d for d in range(sq.ndim - 2) if sk.ndim == sq.ndim and sk.shape[d] == sq.shape[d]]
+    masks = set(range(n, len(ctx.specs)))
+    return _batch_like(ctx, q, shardable, batch, set(), "attention: batch and head dims", masks)
 
 
 def conv(ctx: Ctx) -> Decision | None:
-    x = 1 if ctx.op == "conv_backward" else 0
-    return _batch_like(ctx, x, (0,), ctx.op == "conv_backward", f"{ctx.op}: the batch dim")
+    if ctx.op == "conv":
+        return _batch_like(ctx, 0, (0,), {0}, set(), "conv: the batch dim")
+    return _batch_like(ctx, 1, (0,), {0, 1}, {1, 2}, "conv backward: the batch dim")
 
 
 def pool(ctx: Ctx) -> Decision | None:
     x = 1 if ctx.op.endswith("_backward") else 0
-    return _batch_like(ctx, x, (0, 1) if ctx.specs[x].ndim >= 3 else (0,), False, f"{ctx.op}: batch and channels")
+    sx = ctx.specs[x]
+    every = {i for i in range(len(ctx.specs)) if ctx.tensor(i)}
+    return _batch_like(ctx, x, (0, 1) if sx.ndim >= 3 else (0,), every, set(), f"{ctx.op}: batch and channels")
 
 
 def embedding(ctx: Ctx) -> Decision | None:

@@ -190,6 +190,16 @@ def test_ops_without_a_rule_are_gathered_and_logged(mesh):
     within(y.cpu(), nn.functional.pad(x, (1, 2)), 0, "pad")
 
 
+def test_parameters_stay_replicated_whatever_their_sizes(mesh):
+    ln = nn.LayerNorm(16)
+    x = torch.randn(16, 16, generator=gen(21))  # as many rows as features: the weight's size matches dim 0
+    m = put(x, mesh, "S(0)")
+    w, b = put(ln.weight.detach(), mesh, "R"), put(ln.bias.detach(), mesh, "R")
+    y = nn.functional.layer_norm(m, (16,), w, b)
+    assert kohakutt.placement(y) == Sharded(0, (8, 8))
+    within(y.cpu(), ln(x), 1e-2, "layer norm")
+
+
 def test_decisions_are_cached(mesh):
     x = put(torch.randn(16, 8, generator=gen(14)), mesh, "S(0)")
     (x * 2).sum()
