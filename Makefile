@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/dispatch.py
 	$(PY) benchmarks/mlp_training.py
 	$(PY) benchmarks/capture.py
+	$(PY) benchmarks/mesh.py
 	$(PY) benchmarks/sim_kernels.py
 	$(PY) benchmarks/tinygrad_training.py
 

@@ -263,7 +263,7 @@ def run(op: str, inputs: Sequence[Any], attrs: dict[str, Any] | None = None, *,
     for i, need in enumerate(dec.inputs):
         if need is not None and locs[i].placement != need:
             x = inputs[i]
-            if (isinstance(locs[i].placement, Partial) and not isinstance(need, Partial)
+            if (isinstance(locs[i].placement, Partial) and isinstance(need, Replicate)
                     and _settle(x, ms, log, _name(i, n_in))):
                 locs[i] = x.local()  # the storage itself is summed now: later reads of it cost nothing
                 if locs[i].placement == need:
