@@ -62,7 +62,28 @@ def open_mesh(chips: list[int] | tuple[int, ...] = (0, 1)) -> torch.device:
     with _lock:
         _mesh = mesh
         runtime.register_mesh(mesh)
+        _register_save()
     return torch.device("tt", mesh.index)
+
+
+_saving = False
+
+
+def _register_save() -> None:
+    """``torch.save`` writes a mesh tensor whole (its storage gathered) and tags it as a CPU tensor, so it loads
+    anywhere, and ``load_state_dict`` puts it back into a mesh model's shards."""
+    global _saving
+    if _saving:
+        return
+
+    def tag(obj: Any) -> str | None:
+        dev = getattr(obj, "device", None)
+        if isinstance(dev, torch.device) and dev.type == "tt" and is_mesh(dev.index or 0):
+            return "cpu"
+        return None
+
+    torch.serialization.register_package(1, tag, lambda obj, location: None)
+    _saving = True
 
 
 def mesh_device(index: int) -> mdev.MeshDevice:
