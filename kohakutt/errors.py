@@ -56,6 +56,11 @@ class DtypeError(KohakuTTError, TypeError):
     """A dtype the card cannot hold, under a policy that says to raise."""
 
 
+class IntegerOverflowError(KohakuTTError, OverflowError):
+    """An integer value would be lost: a number outside the dtype it meets, or an int64 operand or result outside
+    the int32 range an op computes in on the card (docs/concepts/numerics.md, "Integers"). Not a TypeError, so
+    torch's ``tensor * number`` operators let it through instead of turning it into a bare TypeError."""
+
 
 class IndexOutOfRangeError(KohakuTTError, IndexError):
     """An index operand points outside the tensor it indexes; the message names the op, the index and the size."""

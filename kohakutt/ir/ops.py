@@ -186,10 +186,11 @@ def norm_dims(dims: int | Sequence[int] | None, ndim: int, op: str = "op") -> tu
 def output_layout(dtype: DType, inputs: Sequence[Spec]) -> Layout:
     """The layout of an element-wise result of ``dtype`` from ``inputs``: tile if any tensor input is tile, else row
     major. TT-NN's unary ops keep their input's layout and its binary ops take and give tile tensors, so a tile input
-    means a tile result either way. Block floats exist only as tiles, int64 only row major (no int64 tiles)."""
+    means a tile result either way. Block floats exist only as tiles, int64 and float16 only row major (TT-NN tiles
+    neither)."""
     if dtype.is_block:
         return Layout.TILE
-    if dtype is DType.INT64:
+    if dtype in (DType.INT64, DType.FLOAT16):
         return Layout.ROW_MAJOR
     tile = any(isinstance(s, TensorSpec) and s.layout is Layout.TILE for s in inputs)
     return Layout.TILE if tile else Layout.ROW_MAJOR

@@ -14,4 +14,5 @@ from kohakutt.kernels import (  # noqa: F401
     random,
     reduce,
     softmax,
+    wide,
 )

@@ -132,6 +132,17 @@ def index_loop(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numeri
     )
 
 
+def search_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numerics, card: CardSpec) -> float:
+    """Launch + max(DRAM traffic, one RISC-V loop step per probe): searchsorted's binary search reads
+    ceil(log2(n + 1)) elements of the sorted sequence per value."""
+    seq = ins[0]
+    n = seq.shape[-1] if isinstance(seq, TensorSpec) and seq.ndim else 1
+    probes = max(sum(s.numel for s in outs), 1) * max(1, int(n).bit_length())
+    return cost.LAUNCH_NS + max(
+        cost.dram_ns(_traffic(ins, outs), card), cost.compute_ns(probes, RISCV_ELEMENT_CYCLES, card)
+    )
+
+
 def permute_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numerics, card: CardSpec) -> float:
     """TT-NN's permute is one pass when the last dim stays (rows or tiles move whole) or only the last two swap (a
     tile transpose on the FPU); a permute that moves the last dim elsewhere runs as a chain (untilize, row-major
@@ -528,6 +539,37 @@ def topk(call: SimCall) -> list[np.ndarray]:
     d = norm_dim(a["dim"], x.ndim, "topk")
     cut = (slice(None),) * d + (slice(0, int(a["k"])),)
     return [vals[cut], order[cut]]
+
+
+@sim("searchsorted", "ktt", estimate=search_cost)
+def searchsorted(call: SimCall) -> np.ndarray:
+    """torch's binary search, step for step (so NaN in the sequence acts as it does on the CPU): start = 0, end = n;
+    while start < end: mid = start + (end - start) // 2, go right when not (seq[mid] >= v) (right: not
+    (seq[mid] > v)). All values run the same number of steps, as the card's lanes would."""
+    seq, values = call.inputs[0], np.asarray(call.inputs[1])
+    n = seq.shape[-1]
+    if len(call.inputs) > 2:
+        order = call.inputs[2].astype(np.int64)
+        check_range(order, n, "searchsorted", "sorter index")
+        seq = np.take_along_axis(seq, order, axis=-1)
+    if not n or not values.size:
+        return np.zeros(values.shape, np.int32)
+    rows = seq.reshape(-1, n)
+    vals = values.reshape(1, -1) if seq.ndim == 1 else values.reshape(rows.shape[0], -1)
+    vals = vals.astype(rows.dtype, copy=False)
+    start = np.zeros(vals.shape, np.int64)
+    end = np.full(vals.shape, n, np.int64)
+    r = np.arange(rows.shape[0])[:, None]
+    right = bool(call.attrs["right"])
+    active = start < end
+    while active.any():
+        mid = start + ((end - start) >> 1)
+        probe = rows[r, np.minimum(mid, n - 1)]
+        go = ~(probe > vals) if right else ~(probe >= vals)
+        start = np.where(active & go, mid + 1, start)
+        end = np.where(active & ~go, mid, end)
+        active = start < end
+    return start.reshape(values.shape).astype(np.int32)
 
 
 # ---------------------------------------------------------------------------------------------- creation

@@ -14,7 +14,7 @@ import enum
 import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,11 +25,12 @@ from kohakutt.hal.card import CardSpec
 from kohakutt.hal.device import Device
 from kohakutt.hal.stream import Command, Stream
 from kohakutt.ir import ops as irops
+from kohakutt.ir.dtypes import DType, check_int64_terms, int64_checked
 from kohakutt.ir.numerics import UNSET, Numerics, numerics, resolve
 from kohakutt.ir.numerics import current as current_numerics
 from kohakutt.ir.ops import ScalarSpec, ShapeError, Spec, TensorSpec
 from kohakutt.kernels import cost, registry
-from kohakutt.kernels.tensor import DeviceTensor, decode, empty, store
+from kohakutt.kernels.tensor import DeviceTensor, check_int32, decode, empty, store
 
 Operand = DeviceTensor | float | int | bool
 
@@ -97,6 +98,8 @@ class _Plan:
     out_specs: tuple[TensorSpec, ...]
     estimate_ns: float
     draws: int  # random numbers the op draws (random ops only)
+    int64_checked: bool  # int64 operands and results must fit int32 (the op is not exact in 64 bits)
+    half: bool  # a float16 operand or result: the kernel computes it as float32
 
 
 PLAN_CACHE_SIZE = 4096
@@ -167,7 +170,12 @@ def _plan(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None, spec
     num = resolve(d.numerics)
     est = (impl.estimate or cost.default)(specs, out_specs, bound, num, dev.card)
     draws = sum(s.numel for s in out_specs) if impl.random else 0
-    return _Plan(d, dev.card, impl, num, tuple(out_specs), est, draws), d, bound, dev
+    tdts = [s.dtype for s in (*specs, *out_specs) if isinstance(s, TensorSpec)]
+    checked = int64_checked(op, d.family, tdts, bound)
+    if op in ("sum", "cumsum") and out_specs[0].dtype is DType.INT64:
+        check_int64_terms(op, specs[0].shape, bound.get("dims", bound.get("dim")))
+    half = DType.FLOAT16 in tdts
+    return _Plan(d, dev.card, impl, num, tuple(out_specs), est, draws, checked, half), d, bound, dev
 
 
 def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None, *,
@@ -221,6 +229,10 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
     impl = plan.impl
     kwargs = {"impl": impl, "in_views": in_views, "out_views": out_views, "in_specs": specs, "attrs": bound,
               "numerics": plan.numerics, "out_specs": out_specs, "seed": (0, 0)}
+    if plan.int64_checked or (out is not None and _stores_int64_as_float(plan, specs, outs)):
+        kwargs["int64_checked"] = True
+    if plan.half:  # float16 is unpacked to float32 exactly and packed back with one rounding: the kernel sees fp32
+        kwargs["in_specs"], kwargs["out_specs"] = _as_float32(specs), _as_float32(out_specs)
     if impl.random:
         take = getattr(_source, "take", None)
         if seed is not None:
@@ -281,16 +293,39 @@ def _layout(op: str, inputs: Sequence[Operand], outs: Sequence[DeviceTensor]) ->
 
 def _execute(*buffers: Any, impl: registry.Impl, in_views: list, out_views: list, in_specs: list[Spec],
              attrs: dict[str, Any], numerics: Numerics, out_specs: list[TensorSpec], seed: tuple[int, int],
-             draws: int = 0) -> None:
+             draws: int = 0, int64_checked: bool = False) -> None:
     views = [b.device.backend.host_view(b) for b in buffers]
     values = [decode(_rebind(t, buffers[i]), views[i]) if i is not None else t for i, t in in_views]
+    if int64_checked:
+        for k, (v, s) in enumerate(zip(values, in_specs)):
+            if isinstance(s, TensorSpec) and s.dtype is DType.INT64:
+                check_int32(impl.op, f"operand {k}", v)
     call = registry.SimCall(impl.op, values, in_specs, attrs, numerics, out_specs, seed)
     result = impl.fn(call)
     results = list(result) if isinstance(result, list | tuple) else [result]
     if len(results) != len(out_views):
         raise ShapeError(f"{impl} returned {len(results)} arrays for {len(out_views)} outputs")
+    if int64_checked:
+        for k, (r, s) in enumerate(zip(results, out_specs)):
+            if s.dtype is DType.INT64:
+                check_int32(impl.op, "result" if len(results) == 1 else f"result {k}", np.asarray(r, np.int64))
     for (i, t), r in zip(out_views, results):
         store(_rebind(t, buffers[i]), views[i], r)
+
+
+def _stores_int64_as_float(plan: _Plan, specs: Sequence[Spec], outs: Sequence[DeviceTensor]) -> bool:
+    """Whether ``out`` tensors of other dtypes than the op infers make it a checked int64 op (a copy of int64 into
+    float32, say): the plan is keyed without them."""
+    if all(o.spec.dtype is s.dtype for o, s in zip(outs, plan.out_specs)):
+        return False
+    tdts = [s.dtype for s in specs if isinstance(s, TensorSpec)] + [o.spec.dtype for o in outs]
+    return int64_checked(plan.opdef.name, plan.opdef.family, tdts)
+
+
+def _as_float32(specs: Sequence[Spec]) -> list[Any]:
+    """``specs`` with float16 tensors as float32: what a kernel computes a float16 op in."""
+    return [replace(s, dtype=DType.FLOAT32) if isinstance(s, TensorSpec) and s.dtype is DType.FLOAT16 else s
+            for s in specs]  # fmt: skip
 
 
 def _rebind(t: DeviceTensor, buf: Any) -> DeviceTensor:

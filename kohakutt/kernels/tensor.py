@@ -12,15 +12,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kohakutt.errors import DtypeError, FormatError
+from kohakutt.errors import FormatError, IntegerOverflowError
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.device import Device
 from kohakutt.hal.layout import Layout
-from kohakutt.ir.dtypes import DType
+from kohakutt.ir.dtypes import INT32_MAX, INT32_MIN, DType
 from kohakutt.ir.dtypes import from_numpy as dtype_of
 from kohakutt.ir.ops import TensorSpec
 
-_STORAGE = {DType.FLOAT32: np.float32, DType.BFLOAT16: np.uint16, DType.INT32: np.int32, DType.INT64: np.int64,
+_STORAGE = {DType.FLOAT32: np.float32, DType.BFLOAT16: np.uint16, DType.FLOAT16: np.float16, DType.INT32: np.int32,
+            DType.INT64: np.int64,
             DType.UINT32: np.uint32,
             DType.UINT16: np.uint16, DType.UINT8: np.uint8, DType.BOOL: np.bool_}
 
@@ -75,6 +76,8 @@ def empty(device: Device, spec: TensorSpec) -> DeviceTensor:
         if spec.layout is Layout.TILE:
             raise FormatError("int64 tensors exist only in row-major layout (the card has no int64 tiles)")
         return DeviceTensor(device.allocate(spec.numel * 8), spec)
+    if spec.dtype is DType.FLOAT16 and spec.layout is Layout.TILE:
+        raise FormatError("float16 tensors exist only in row-major layout (TT-NN has no float16 tiles)")
     buf = device.allocate(shape=spec.shape, fmt=spec.dtype.format, layout=spec.layout)
     return DeviceTensor(buf, spec)
 
@@ -105,8 +108,8 @@ def encode(spec: TensorSpec, values: np.ndarray) -> np.ndarray:
 
     values = np.broadcast_to(np.asarray(values), spec.shape)
     if spec.layout is Layout.TILE:
-        if spec.dtype is DType.INT64:
-            raise FormatError("int64 tensors exist only in row-major layout (the card has no int64 tiles)")
+        if spec.dtype in (DType.INT64, DType.FLOAT16):
+            raise FormatError(f"{spec.dtype.value} tensors exist only in row-major layout (TT-NN tiles neither)")
         if spec.dtype is DType.BOOL:
             values = values.astype(np.uint8)
         elif spec.dtype.is_float:
@@ -116,6 +119,9 @@ def encode(spec: TensorSpec, values: np.ndarray) -> np.ndarray:
         return formats.pack(values, spec.dtype.format)
     if spec.dtype is DType.BFLOAT16:
         return formats.to_bfloat16(np.ascontiguousarray(values, dtype=np.float32)).view(np.uint8).ravel()
+    if spec.dtype is DType.FLOAT16:  # the packer: fp32 to half, to nearest with ties to even, overflow to +-inf
+        with np.errstate(over="ignore"):
+            return np.ascontiguousarray(values.astype(np.float32, copy=False).astype(np.float16)).view(np.uint8).ravel()
     return np.ascontiguousarray(values.astype(_STORAGE[spec.dtype], copy=False)).view(np.uint8).ravel()
 
 
@@ -137,17 +143,21 @@ def decode(t: DeviceTensor, raw: np.ndarray) -> np.ndarray:
         view = np.lib.stride_tricks.as_strided(flat[t.offset :], spec.shape, tuple(s * st.itemsize for s in t.strides))
     if spec.dtype is DType.BFLOAT16:
         return formats.from_bfloat16(np.ascontiguousarray(view)).reshape(spec.shape)  # ascontiguousarray makes 0-d 1-d
-    if spec.dtype is DType.INT64:
-        return _int64_to_card(view)
+    if spec.dtype is DType.FLOAT16:  # the unpacker: every half is exactly a float32
+        return view.astype(np.float32)
     return np.array(view, copy=True)
 
 
-def _int64_to_card(values: np.ndarray) -> np.ndarray:
-    """int64 storage as the card computes it: int32, refusing values that do not fit."""
-    if values.size and (values.min() < -(2**31) or values.max() >= 2**31):
-        raise DtypeError(f"an int64 tensor holds {values.min()}..{values.max()}, outside int32: the card computes "
-                         "integers in 32 bits; keep such values on the host")
-    return values.astype(np.int32)
+def check_int32(op: str, what: str, values: np.ndarray) -> None:
+    """Raise :class:`IntegerOverflowError` when int64 ``values`` (an operand or result of ``op``, which the card
+    computes in int32) leave the int32 range; the card's test is that each high word is its low word's sign."""
+    if values.size and (values.min() < INT32_MIN or values.max() > INT32_MAX):
+        bad = values[(values < INT32_MIN) | (values > INT32_MAX)].reshape(-1)[0]
+        raise IntegerOverflowError(
+            f"{op}: its int64 {what} holds {bad}, outside int32 [{INT32_MIN}, {INT32_MAX}], and the card computes "
+            f"{op} on int64 in int32 (only data movement, add, sub, mul, compares, min / max, where, bitwise ops, "
+            "sum and cumsum are exact in 64 bits); keep such values on the host, or compute in float32"
+        )
 
 
 def store(t: DeviceTensor, raw: np.ndarray, values: np.ndarray) -> None:

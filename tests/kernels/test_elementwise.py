@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from kohakutt import hal
 from kohakutt import kernels as kk
-from kohakutt.errors import DtypeError
+from kohakutt.errors import DtypeError, IntegerOverflowError
 from kohakutt.hal.formats import round_bfloat16
 from kohakutt.ir import ops as irops
 from kohakutt.ir.dtypes import DType
@@ -345,7 +345,7 @@ def test_numbers_on_either_side_and_their_dtypes(dev):
     assert y.dtype.value == "float32" and np.array_equal(kk.to_numpy(y), iv + 2.5)
     (y,) = kk.run("mul", [2, 0.5], device=dev)
     assert y.dtype.value == "float32" and y.shape == () and kk.to_numpy(y) == 1.0
-    with pytest.raises(DtypeError, match="does not fit int32"):
+    with pytest.raises(IntegerOverflowError, match="does not fit int32"):
         kk.run("add", [i, 2**40])
 
 

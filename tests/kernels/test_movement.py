@@ -529,3 +529,28 @@ def test_numerics_scope_does_not_change_moves(dev):
     with kohakutt.numerics(fidelity="LoFi", fp32_acc=False, approx=True):
         (got,) = run("permute", [t], {"dims": (1, 0)})
     same_bits(got, x.T)
+
+
+def test_searchsorted_matches_torch_step_for_step(dev):
+    """Lower and upper bounds in 1-d and batched sequences, with a sorter, with NaN in the values and (where torch's
+    loop is not monotone) in the sequence: the same insertion points as torch's CPU kernel."""
+    rng = np.random.default_rng(12)
+    seq = np.sort(rng.integers(-5, 6, (3, 9)).astype(np.float32), axis=-1)
+    seq[1, -2:] = np.nan  # torch sorts NaN last; its binary search then treats a NaN probe as below the value
+    vals = rng.integers(-7, 8, (3, 4)).astype(np.float32)
+    vals[0, 0], vals[2, 1] = np.nan, np.inf
+    for right in (False, True):
+        for s, v in ((seq, vals), (seq[0], vals), (seq[0], np.float32(2.0))):
+            (got,) = run("searchsorted", [kk.from_numpy(dev, s), kk.from_numpy(dev, np.asarray(v))], {"right": right})
+            ref = torch.searchsorted(torch.from_numpy(s), torch.from_numpy(np.asarray(v)), right=right)
+            assert got.dtype == np.int32 and np.array_equal(got, ref.numpy()), (right, s.shape)
+    shuffled = rng.permutation(np.arange(9, dtype=np.int32) * 3)
+    sorter = np.argsort(shuffled).astype(np.int32)
+    v = np.array([-1, 0, 4, 26, 30], np.int32)
+    (got,) = run("searchsorted", [kk.from_numpy(dev, shuffled), kk.from_numpy(dev, v), kk.from_numpy(dev, sorter)])
+    ref = torch.searchsorted(torch.from_numpy(shuffled), torch.from_numpy(v), sorter=torch.from_numpy(sorter).long())
+    assert np.array_equal(got, ref.numpy())
+    with pytest.raises(DtypeError, match="typecast one"):
+        kk.run("searchsorted", [kk.from_numpy(dev, seq), kk.from_numpy(dev, v[:3])], {})
+    with pytest.raises(ShapeError, match="leading dims"):
+        kk.run("searchsorted", [kk.from_numpy(dev, seq), kk.from_numpy(dev, vals[:2])], {})

@@ -12,7 +12,7 @@ import pytest
 
 from kohakutt import hal
 from kohakutt import kernels as kk
-from kohakutt.errors import DtypeError
+from kohakutt.errors import IntegerOverflowError
 from kohakutt.ir import DType, numerics
 from kohakutt.ir.numerics import Fidelity
 from kohakutt.ir.ops import ShapeError
@@ -54,7 +54,7 @@ def test_numbers_are_keyed_by_type_and_value(dev):
     assert (i.dtype, f.dtype, b.dtype) == (DType.INT32, DType.FLOAT32, DType.INT32)
     assert kk.to_numpy(f).tolist() == [2.0, 3.0] and kk.to_numpy(b).tolist() == [2, 3]
     for _ in range(2):  # a value inference refuses is refused every time, not cached away
-        with pytest.raises(DtypeError, match="does not fit int32"):
+        with pytest.raises(IntegerOverflowError, match="does not fit int32"):
             kk.run("add", [a, 2**40])
 
 

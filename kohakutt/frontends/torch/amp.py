@@ -3,8 +3,8 @@
 PyTorch ships autocast rules for its own devices only; a PrivateUse1 device gets a fallthrough, which would run every
 op in its input dtype. This module registers the rules for ``AutocastPrivateUse1``, in three policies:
 
-- ``LOWER``: matmuls, linear layers, convolutions and attention run in the autocast dtype (bf16 by default: the card
-  has no float16), the ops where the card's bf16 throughput pays;
+- ``LOWER``: matmuls, linear layers, convolutions and attention run in the autocast dtype (bf16 by default,
+  or float16 with `dtype=torch.float16`), the ops where the card's 16-bit throughput pays;
 - ``FP32``: softmax, norms and losses run in float32, where bf16 rounding would hurt the result;
 - ``PROMOTE``: ops that mix several floating inputs (``cat``, ``stack``, ``addcmul``...) run in the widest of them.
 

@@ -263,7 +263,7 @@ def init() -> None:
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
-    return [torch.bfloat16, torch.float32]
+    return [torch.bfloat16, torch.float16, torch.float32]
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:

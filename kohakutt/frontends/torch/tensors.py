@@ -22,6 +22,7 @@ from kohakutt.kernels.tensor import DeviceTensor
 TO_IR: dict[torch.dtype, DType] = {
     torch.float32: DType.FLOAT32,
     torch.bfloat16: DType.BFLOAT16,
+    torch.float16: DType.FLOAT16,
     torch.int32: DType.INT32,
     torch.int64: DType.INT64,
     torch.bool: DType.BOOL,
@@ -43,12 +44,11 @@ def check_dtype(dtype: torch.dtype, use: str = "a tt tensor") -> DType:
     if ir is None:
         hint = {
             torch.float64: "float32",
-            torch.float16: "bfloat16 (or float32)",
             torch.complex64: "two float32 tensors (real, imaginary)",
             torch.complex128: "two float32 tensors (real, imaginary)",
         }.get(dtype, "int32 or float32")
         raise DtypeError(
-            f"{use} cannot be {dtype}: the card holds float32, bfloat16, int32 (int64 as storage), "
+            f"{use} cannot be {dtype}: the card holds float32, bfloat16, float16, int32, int64, "
             f"uint8/16/32 and bool. Convert to {hint} first, e.g. t.to(torch.float32) on the CPU"
         )
     return ir

@@ -4,7 +4,7 @@ selects and blends, and the backward helpers autograd needs where a short compos
 Dtype rules (the IR's own, frontend-neutral):
 - Operands broadcast as in NumPy. A Python number (``ScalarSpec``) is weakly typed: it takes the tensor operands'
   dtype, except that a float number with integer / bool tensors makes the op compute in float32, and an int number
-  with bool tensors makes it int32. An int number must fit the integer dtype it meets (else ``DtypeError``).
+  with bool tensors makes it int32. An int number must fit the integer dtype it meets (else ``IntegerOverflowError``).
 - Tensor dtypes promote with :func:`kohakutt.ir.dtypes.promote`; block floats (bfloat8_b, bfloat4_b) compute and
   return bfloat16.
 - "same" ops keep the promoted dtype, integers included (int32 arithmetic wraps); bool operands are refused where
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from kohakutt.errors import DtypeError
+from kohakutt.errors import DtypeError, IntegerOverflowError
 from kohakutt.hal.layout import Layout
 from kohakutt.ir.dtypes import DType, promote
 from kohakutt.ir.ops import (
@@ -87,9 +87,9 @@ def operand_dtype(inputs: Sequence[Spec], op: str = "op") -> DType:
         info = np.iinfo(dt.compute)
         for v in values:
             if _is_int(v) and not info.min <= int(v) <= info.max:
-                raise DtypeError(
+                raise IntegerOverflowError(
                     f"{op}: the number {v} does not fit {dt.value} [{info.min}, {info.max}]; "
-                    "pass a float or cast the tensor to a wider dtype first"
+                    "pass a float or cast the tensor to a wider dtype (int64) first"
                 )
     return dt
 

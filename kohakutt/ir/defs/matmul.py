@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kohakutt.errors import DtypeError
+from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.ir.dtypes import DType, promote
 from kohakutt.ir.numerics import Fidelity, Numerics
 from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, broadcast_shapes, define
@@ -53,10 +53,10 @@ def float_tensor(s: Spec, op: str, name: str) -> TensorSpec:
     """``s`` as a float tensor spec, or a typed error saying what to pass instead."""
     if not isinstance(s, TensorSpec):
         raise ShapeError(f"{op}: {name} must be a tensor, not the Python number {s}")
-    if not s.dtype.is_float:
-        raise DtypeError(
-            f"{op}: {name} is {s.dtype.value}; the matrix engine takes float32, bfloat16, bfloat8_b or "
-            "bfloat4_b tensors (typecast it first)"
+    if not s.dtype.is_float:  # not a TypeError: torch's ``a @ b`` would turn that into a bare "unsupported operand"
+        raise KohakuTTUnsupportedOperator(
+            f"{op}: {name} is {s.dtype.value}; the matrix engine multiplies floats only (float32, bfloat16, float16, "
+            "bfloat8_b, bfloat4_b): typecast it first"
         )
     return s
 

@@ -15,12 +15,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from kohakutt.errors import DtypeError
+import numpy as np
+
+from kohakutt.errors import DtypeError, IntegerOverflowError
 from kohakutt.hal.layout import Layout
 from kohakutt.ir.dtypes import DType, promote
 from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, broadcast_shapes, define, norm_dim
 
-INDEX_DTYPES = (DType.INT32, DType.INT64, DType.UINT32, DType.UINT16, DType.UINT8)  # int64: int32 values
+INDEX_DTYPES = (DType.INT32, DType.INT64, DType.UINT32, DType.UINT16, DType.UINT8)  # int64 past int32: out of range
 REDUCTIONS = (None, "sum", "prod", "mean", "amax", "amin")
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
@@ -525,6 +527,30 @@ def _topk(inputs, attrs):
     return [like(x, shape), like(x, shape, DType.INT32)]
 
 
+def _searchsorted(inputs, attrs):
+    seq = tensor_arg(inputs, 0, "searchsorted", "sorted")
+    values = inputs[1]
+    if seq.dtype.is_block:
+        raise DtypeError(f"searchsorted: {seq.dtype.value} values cannot be read singly; typecast to bfloat16 first")
+    if not seq.ndim:
+        raise ShapeError("searchsorted: the sorted sequence must have at least one dim, got a 0-d tensor")
+    if isinstance(values, TensorSpec) and values.dtype is not seq.dtype:
+        raise DtypeError(
+            f"searchsorted: values are {values.dtype.value} and the sequence {seq.dtype.value}; typecast one so "
+            "they match (comparisons run in one dtype)"
+        )
+    shape = tuple(values.shape)
+    if seq.ndim > 1 and (len(shape) != seq.ndim or shape[:-1] != seq.shape[:-1]):
+        raise ShapeError(
+            f"searchsorted: an N-d sequence {seq.shape} needs values with the same leading dims, got {shape}"
+        )
+    if len(inputs) > 2:
+        sorter = index_arg(inputs, 2, "searchsorted", "sorter")
+        if sorter.shape != seq.shape:
+            raise ShapeError(f"searchsorted: sorter {sorter.shape} must have the sequence's shape {seq.shape}")
+    return [TensorSpec(shape, DType.INT32)]
+
+
 def _one_hot(inputs, attrs):
     x = index_arg(inputs, 0, "one_hot", "x")
     n = int(attrs["num_classes"])
@@ -548,8 +574,25 @@ def _created(shape: Any, dtype: Any, layout: Any, op: str) -> TensorSpec:
     return TensorSpec(tuple(shape), dt, lay)
 
 
+def _fits(dt: DType, values: Sequence[Any], op: str) -> None:
+    """Raise IntegerOverflowError when a value ``op`` would store in integer dtype ``dt`` does not fit it."""
+    if dt.is_float or dt is DType.BOOL:
+        return
+    info = np.iinfo(dt.compute)
+    for v in values:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise IntegerOverflowError(f"{op}: {v} has no {dt.value} value")
+        if not info.min <= int(v) <= info.max:
+            raise IntegerOverflowError(
+                f"{op}: the value {v} does not fit {dt.value} [{info.min}, {info.max}]; use a wider dtype (int64) "
+                "or a float dtype"
+            )
+
+
 def _full(inputs, attrs):
-    return [_created(attrs["shape"], attrs["dtype"], attrs["layout"], "full")]
+    spec = _created(attrs["shape"], attrs["dtype"], attrs["layout"], "full")
+    _fits(spec.dtype, [attrs["value"]], "full")
+    return [spec]
 
 
 def _filled(op):
@@ -579,7 +622,9 @@ def arange_params(attrs: dict[str, Any]) -> tuple[float, float, float, int, DTyp
 
 
 def _arange(inputs, attrs):
-    _, _, _, n, dt = arange_params(attrs)
+    start, _, step, n, dt = arange_params(attrs)
+    if n:
+        _fits(dt, [start, start + (n - 1) * step], "arange")
     return [_created((n,), dt.value, attrs["layout"], "arange")]
 
 
@@ -698,6 +743,13 @@ define("topk", "movement", ["x"], _topk, attrs={"k": 1, "dim": -1, "largest": Tr
        doc="(values, indices int32) of the k largest (or smallest) elements along dim, in sorted order (also when "
            "sorted=False, which allows any order); NaN counts as the largest; equal values: lowest index first. "
            "Values are moved exactly.")
+define("searchsorted", "movement", ["sorted", "values", "*sorter"], _searchsorted, attrs={"right": False},
+       doc="The int32 insertion points of values in the last dim of sorted (ascending; 1-d: shared by all values, "
+           "else its leading dims match values'), as torch.searchsorted: the first position whose element is not "
+           "below the value (right: not at or below it); sorter (optional, int) is argsort(sorted). Each value is a "
+           "binary search on the data-movement cores, the comparisons exact and in torch's order (a NaN value goes "
+           "last; a NaN met in the sequence counts as below the value, as torch's loop has it). Operands share one "
+           "dtype.")
 define("one_hot", "movement", ["x"], _one_hot, attrs={"num_classes": -1},
        doc="int32 one-hot rows of the int tensor x (a new last dim of num_classes); a class outside "
            "[0, num_classes) raises IndexOutOfRangeError.")

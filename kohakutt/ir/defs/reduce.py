@@ -6,14 +6,15 @@ or -1 and reduces to itself. ``keepdim`` keeps each reduced dim with size 1.
 
 Output dtypes (one rule for every frontend):
 - sum / prod / cumsum / cumprod: floats keep their dtype (block floats give bfloat16); int32 stays int32, int64 stays
-  int64 (computed in int32 on the card, so totals wrap modulo 2**32), uint32 stays uint32, bool / uint8 / uint16 give
+  int64 (sum and cumsum exact modulo 2**64 as 8-bit limbs; prod and cumprod checked against int32, see
+  ``kohakutt.ir.dtypes.INT64_EXACT``), uint32 stays uint32, bool / uint8 / uint16 give
   int32. ``dtype=`` overrides: the input is converted to it first and the accumulation runs in it (PyTorch's
   ``sum(dtype=)``).
 - mean / var / std / var_mean / std_mean / vector_norm: floats only. An integer or bool input is a DtypeError (TT-NN
   refuses integer means), except that ``mean(dtype=<a float>)`` converts first.
 - logsumexp: floats keep their dtype; integers and bool give float32 (as PyTorch).
 - max / min / amax / amin keep the input dtype; argmax / argmin and the indices of max_with_indices /
-  min_with_indices are int32 (the card has no int64 arithmetic); all / any are bool; count_nonzero is int32.
+  min_with_indices are int32 (indices fit it); all / any are bool; count_nonzero is int32.
 
 Empty reductions: sum 0, prod 1, mean / var / std NaN, logsumexp -inf, all True, any False, vector_norm 0 (p=inf
 raises); max / min / amax / amin / argmax / argmin over a dim of size 0 raise ShapeError (no identity).
@@ -206,7 +207,8 @@ _SUM_NOTE = (
     "bf16 data at HiFi4; fp32 data is truncated to TF32 in SrcA; LoFi keeps 5 bits of each element), per-tile sums "
     "accumulated in DST (bf16-rounded after every tile when fp32_acc=False); reductions over dims other than the "
     "last two first add whole tiles along them (fast_reduce_nc), then reduce H / W; between TT-NN's steps the "
-    "partial result is stored in the input dtype. Integer sums are exact int32 arithmetic (SFPU), wrapping."
+    "partial result is stored in the input dtype. Integer sums are exact int32 arithmetic (SFPU), wrapping; int64 "
+    "sums add 8-bit limbs in int32, exact modulo 2**64 for up to 8,388,607 terms (more raise IntegerOverflowError)."
 )
 
 # Reductions over `dims` with `keepdim`: name -> (dtype rule, extra attrs, numerics, doc).

@@ -231,6 +231,16 @@ def test_other_integers_and_stored_bools_are_counted_by_dtype(dtype, kind):
     assert after.get("dtype:bool", 0) > before.get("dtype:bool", 0)
 
 
+def test_int64_kernels_are_exact_past_int32():
+    """tinygrad's int64 kernels run on the host (counted), so values past int32 come back exact, never wrapped."""
+    x = np.array([2**40 + 3, -(2**35) - 1, 7, 2**62], np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ktg.HostFallbackWarning)
+        t = Tensor(x, dtype=dtypes.int64, device="KTT")
+        np.testing.assert_array_equal((t * 3 + 2**33).numpy(), x * 3 + 2**33)
+        assert int(t.sum().item()) == int(x.sum())
+
+
 @pytest.mark.parametrize("how", ["c", "python"])
 def test_host_kernels_run_as_compiled_c_or_interpreted_and_agree(knobs, how):
     if how == "c" and shutil.which("clang") is None:

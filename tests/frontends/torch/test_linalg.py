@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 import kohakutt
-from kohakutt.errors import DtypeError
+from kohakutt.errors import KohakuTTUnsupportedOperator
 
 DEV = torch.device("tt", 0)
 TF32 = 3 * 2.0**-10
@@ -162,7 +162,7 @@ def test_numerics_scope_reaches_the_matmul():
 
 
 def test_errors():
-    with pytest.raises(DtypeError, match="matrix engine"):
+    with pytest.raises(KohakuTTUnsupportedOperator, match="matrix engine"):
         torch.mm(torch.ones(2, 2, dtype=torch.int32).to(DEV), torch.ones(2, 2, dtype=torch.int32).to(DEV))
     with pytest.raises(RuntimeError, match=r"reduction dim|cannot be multiplied"):
         torch.mm(torch.ones(2, 3).to(DEV), torch.ones(2, 3).to(DEV))

@@ -1,6 +1,7 @@
 """OpInfo conformance: PyTorch's own op samples (``op_db``) run on tt and checked against the CPU in float64.
 
-Every OpInfo whose samples reach a Core ATen overload (``torch.Tag.core``) is run: float32 and bfloat16 inputs (int32
+Every OpInfo whose samples reach a Core ATen overload (``torch.Tag.core``) is run, and those in ``EXTRA_NAMES`` (ops
+models call that Core ATen leaves out: ``isin``, ``unique``, LSTM's cells, ...): float32 and bfloat16 inputs (int32
 for ops with no floating dtype, such as the bitwise ops). The same sample runs on the CPU with its floating tensors
 widened to float64, which is the reference; the ops each sample reaches are recorded there (a dispatch mode), so
 results are counted per Core ATen overload.
@@ -75,6 +76,10 @@ RANDOM = ("rand", "normal", "bernoulli", "multinomial", "uniform", "cauchy", "ex
           "nn.functional.fractional_max_pool")  # fmt: skip
 SEED = 1234
 
+# OpInfos swept although their samples reach no Core ATen overload: ops that models call and Core ATen leaves out
+# (each is in the fast subset too)
+EXTRA_NAMES = ("isin",)  # fmt: skip
+
 # the fast subset: OpInfos (by full name) reaching Core ATen ops, a few samples each, float32 and bfloat16
 FAST = (
     "abs", "acos", "acosh", "add", "addmm", "amax", "amin", "any", "argmax", "argmin", "asin", "asinh", "atan",
@@ -90,6 +95,7 @@ FAST = (
     "slice_scatter", "softmax", "log_softmax", "sort", "split_with_sizes", "sqrt", "squeeze", "sub", "sum", "tan",
     "tanh", "topk", "trunc", "unsqueeze", "var", "view", "where", "index_put", "nonzero", "masked_scatter",
     "cdist", "nn.functional.pdist", "nn.functional.grid_sample", "nn.functional.max_unpool1d", "cov", "isclose",
+    *EXTRA_NAMES,
 )  # fmt: skip
 FAST_SAMPLES = 2
 
@@ -557,7 +563,7 @@ BY_NAME = {full_name(o): o for o in op_db}
 
 
 def test_fast_subset_names_exist():
-    missing = [n for n in FAST if n not in BY_NAME]
+    missing = [n for n in (*FAST, *EXTRA_NAMES) if n not in BY_NAME]
     assert not missing, f"FAST names OpInfos op_db does not have: {missing}"
 
 
@@ -575,6 +581,7 @@ def test_full_sweep_writes_the_conformance_record(request):
         pytest.skip("the full sweep takes minutes: run it with make conformance (pytest -m conformance)")
     t0 = time.perf_counter()
     ops = reaching_core(list(op_db))
+    ops += [BY_NAME[n] for n in EXTRA_NAMES if BY_NAME[n] not in ops]
     results = sweep(ops)
     record = summarize(results, time.perf_counter() - t0)
     RESULTS.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")

@@ -21,6 +21,7 @@ FAMILIES = (
     "embedding_bag",
     "upsample",
     "linalg_decomp",
+    "search",
 )
 
 

@@ -3,8 +3,8 @@
 Every value is made on the card by an IR creation op (``kohakutt.ir.defs.movement``) and stored in the output's
 dtype as the packer rounds it; sizes and dtypes follow PyTorch (its meta kernels). ``zeros`` / ``ones`` /
 ``empty_like`` / ``new_*`` reach the card through PyTorch's own decompositions into ``empty`` and ``fill_``.
-Integers are computed in 32 bits on the card, so an integer ``arange`` reaching beyond int32 raises
-:class:`~kohakutt.errors.DtypeError`.
+A value that does not fit an integer dtype (``full((2,), 2**33, dtype=torch.int32)``, an int32 ``arange`` past
+int32) raises :class:`~kohakutt.errors.IntegerOverflowError`; int64 creation is exact.
 """
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from kohakutt.errors import DtypeError, KohakuTTUnsupportedOperator
+from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.frontends.torch import tensors
 from kohakutt.frontends.torch.aten.core import fill_scalar
 from kohakutt.frontends.torch.aten.movement import nonzero_rows, scratch
 from kohakutt.frontends.torch.aten.registry import ir, kernel, resize_out, to_meta
 
 aten = torch.ops.aten
-_INT32 = (-(2**31), 2**31 - 1)
 
 
 def _check_layout(layout: Any, op: str) -> None:
@@ -29,10 +28,6 @@ def _check_layout(layout: Any, op: str) -> None:
 
 def _meta_out(out: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=out.dtype, device="meta")
-
-
-def _integral(dtype: torch.dtype) -> bool:
-    return not dtype.is_floating_point and dtype != torch.bool
 
 
 # ---------------------------------------------------------------------------------------------------- full
@@ -77,13 +72,7 @@ def arange_into(start: Any, end: Any, step: Any, out: torch.Tensor) -> torch.Ten
     n = out.numel()
     if not n:
         return out
-    if _integral(out.dtype):
-        last = start + (n - 1) * step
-        if not all(_INT32[0] <= v <= _INT32[1] for v in (start, last)):
-            raise DtypeError(
-                f"arange({start}, {end}, {step}) reaches {last}: the card computes integers in 32 bits, so an "
-                "integer arange must stay within int32; make it on the CPU and copy it over"
-            )
+    # the IR's arange checks that every value fits the dtype (IntegerOverflowError)
     attrs = {"start": start, "end": end, "step": step, "dtype": tensors.check_dtype(out.dtype).value}
     ir("arange", [], attrs, [out], out.device.index or 0)
     return out

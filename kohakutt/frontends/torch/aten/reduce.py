@@ -2,8 +2,9 @@
 
 Output sizes and dtypes are PyTorch's (its meta kernels); the IR computes in the card's dtypes and the result is
 stored into PyTorch's output dtype. Where the two differ:
-- integer sums and products accumulate in int32 on the card (int64 outputs hold the int32 total, which wraps modulo
-  2**32 past int32's range); indices (argmax, max.dim, ...) and counts are int32 on the card, stored as int64;
+- integer sums and scans whose PyTorch result is int64 (an int32 ``sum``, say) accumulate in int64: exact, as int64
+  sums are on the card; products of int64 are checked against int32 (IntegerOverflowError); indices (argmax,
+  max.dim, ...) and counts are int32 on the card, stored as int64;
 - float reductions run at the reduce family's numerics (TT-NN's defaults: HiFi4, fp32 accumulation), so a float32 sum
   reads its data as TF32 (see ``kohakutt/ir/defs/reduce.py``); a ``kohakutt.numerics(...)`` scope changes them;
 - float32 maxima and minima (amax, amin, max, min, aminmax) run the exact max / min_with_indices, so the result is an
@@ -53,11 +54,18 @@ def release(index: int, *scratch: DeviceTensor) -> None:
 
 
 # ------------------------------------------------------------------------------------- sum, mean, prod, min, max
+def _wider_int(x: torch.Tensor, out: torch.Tensor) -> torch.dtype | None:
+    """int64 when PyTorch accumulates an integer / bool ``x`` into an int64 ``out`` (so the card does too)."""
+    narrower = not x.dtype.is_floating_point and x.dtype != torch.int64
+    return torch.int64 if narrower and out.dtype == torch.int64 else None
+
+
 def _accumulate(op: str) -> Impl:
     """sum / mean / prod over ``dim`` (``dim`` absent: every dim), accumulating in ``dtype`` when given."""
 
     def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        attrs = {"dims": _dims(a.get("dim")), "keepdim": bool(a.get("keepdim", False)), "dtype": _dtype(a.get("dtype"))}
+        dtype = _dtype(a.get("dtype") or _wider_int(a.self, outs[0]))
+        attrs = {"dims": _dims(a.get("dim")), "keepdim": bool(a.get("keepdim", False)), "dtype": dtype}
         ir(op, [a.self], attrs, outs, a._index)
 
     return impl
@@ -190,7 +198,8 @@ computed("logsumexp", "logsumexp.out", ir=("logsumexp",))(_logsumexp)
 
 def _scan(op: str) -> Impl:
     def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        ir(op, [a.self], {"dim": int(a.dim), "dtype": _dtype(a.get("dtype"))}, outs, a._index)
+        dtype = _dtype(a.get("dtype") or _wider_int(a.self, outs[0]))
+        ir(op, [a.self], {"dim": int(a.dim), "dtype": dtype}, outs, a._index)
 
     return impl
 

@@ -1,0 +1,64 @@
+"""Searching in sorted sequences on ``tt``: ``isin``.
+
+``isin(elements, test_elements)`` is an exact equality test, composed of tt ops in one of two ways, both on the card:
+a broadcast ``eq`` of every element against every test element reduced with ``any`` (when that product is small,
+as in ``generate()``'s end-of-sequence check), else ``sort`` of the test elements and a ``searchsorted`` binary search
+for each element followed by one ``eq`` with the value found (O((N + M) log M)). Both compare in the dtype PyTorch
+promotes the two operands to; NaN is in nothing, as ``==`` has it. Nothing is read back to the host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from kohakutt.frontends.torch.aten.movement import composite, scratch
+from kohakutt.frontends.torch.aten.registry import Args, ir
+
+aten = torch.ops.aten
+BROADCAST_LIMIT = 1 << 22  # elements x test elements compared pairwise at most; beyond, sort + binary search
+
+
+def _as_tensor(x: Any, like: torch.Tensor) -> torch.Tensor:
+    return x if isinstance(x, torch.Tensor) else torch.tensor(x, device=like.device)
+
+
+def insertion_points(seq: torch.Tensor, values: torch.Tensor, index: int, right: bool = False,
+                     sorter: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """The int32 IR ``searchsorted`` of ``values`` in ``seq`` (same dtype; see the IR op for the shapes)."""
+    out = scratch(values.shape, torch.int32, index)
+    ir("searchsorted", [seq, values] + ([sorter] if sorter is not None else []), {"right": right}, [out], index)
+    return out
+
+
+def isin(elements: torch.Tensor, test: torch.Tensor, index: int) -> torch.Tensor:
+    """Bool tensor of ``elements``' shape: whether each element equals some element of ``test`` (same dtype)."""
+    flat = test.reshape(-1)
+    if elements.numel() * flat.numel() <= BROADCAST_LIMIT:
+        return (elements.unsqueeze(-1) == flat).any(-1)
+    ordered = flat.sort().values
+    # NaN sorts last; searched as +Inf the sequence stays ordered, and the value then compared is the original NaN
+    key = torch.where(ordered.isnan(), float("inf"), ordered) if ordered.is_floating_point() else ordered
+    pos = insertion_points(key, elements.reshape(-1), index).clamp_max(flat.numel() - 1)
+    return (ordered[pos] == elements.reshape(-1)).reshape(elements.shape)
+
+
+@composite(
+    "isin.Tensor_Tensor", "isin.Tensor_Tensor_out", "isin.Tensor_Scalar", "isin.Tensor_Scalar_out",
+    "isin.Scalar_Tensor", "isin.Scalar_Tensor_out",
+    ir_ops=("eq", "any", "sort", "searchsorted", "index", "typecast", "logical_not"),
+)  # fmt: skip
+def _isin(a: Args, outs: list[torch.Tensor]) -> None:
+    out = outs[0]
+    elements = a["elements"] if "elements" in a else a["element"]
+    test = a["test_elements"] if "test_elements" in a else a["test_element"]
+    anchor = elements if isinstance(elements, torch.Tensor) else test
+    elements, test = _as_tensor(elements, anchor), _as_tensor(test, anchor)
+    common = torch.result_type(elements, test)
+    if out.numel() == 0:
+        return
+    if test.numel() == 0:
+        out.fill_(bool(a.invert))
+        return
+    found = isin(elements.to(common), test.to(common), a._index)
+    out.copy_(found.logical_not() if a.invert else found)
