@@ -97,7 +97,9 @@ def model_case(d: int, tokens: int, steps: int, f64_train: bool) -> dict:
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
         losses = []
 
-        def step() -> float:
+        def step(
+            m: nn.Module = m, opt: torch.optim.Optimizer = opt, xs: torch.Tensor = xs, ys: torch.Tensor = ys
+        ) -> float:
             opt.zero_grad(set_to_none=False)
             loss = ((m(xs) - ys).float() ** 2).mean()
             loss.backward()
@@ -121,7 +123,7 @@ def model_case(d: int, tokens: int, steps: int, f64_train: bool) -> dict:
         }  # fmt: skip
         if name == "pair":
             out[name]["placement_down_weight"] = str(kohakutt.placement(m[0].down.weight))
-        del m, opt, xs, ys, fwd
+        del m, opt, xs, ys, fwd, step
     if f64_train:
         m64 = copy.deepcopy(ref).double()
         opt = torch.optim.AdamW(m64.parameters(), lr=1e-3)
@@ -218,29 +220,37 @@ def memory_case(layers: int, width: int) -> dict:
 
 
 def table(r: dict) -> str:
-    lines = [f"the 1 x 2 mesh against one chip, bfloat16, {r['tokens']} tokens; {r['cpus']} CPUs, load average "
-             f"{r['load_average']:.1f}",
-             f"{'case':<18}{'one chip ms':>12}{'pair ms':>10}{'speed-up':>10}{'target':>9}{'collectives':>13}"
-             f"{'MiB':>8}{'error 1 chip':>14}{'error pair':>12}"]
+    lines = [
+        f"the 1 x 2 mesh against one chip, bfloat16, {r['tokens']} tokens; {r['cpus']} CPUs, load average "
+        f"{r['load_average']:.1f}",
+        f"{'case':<18}{'one chip ms':>12}{'pair ms':>10}{'speed-up':>10}{'target':>9}{'collectives':>13}"
+        f"{'MiB':>8}{'error 1 chip':>14}{'error pair':>12}",
+    ]
     for c in r["models"]:
         for kind in ("forward", "step"):
             one, two = c["one_chip"], c["pair"]
             sp = c[f"{kind}_speedup"]
             tgt = f">= {SPEEDUP_TARGET}" if kind == "forward" and c["d"] == 4096 else ""
             err = ("forward_error", "forward_error") if kind == "forward" else ("loss_error", "loss_error")
-            lines.append(f"{'d=' + str(c['d']) + ' ' + kind:<18}{one[kind + '_card_ms']:>12.3f}"
-                         f"{two[kind + '_card_ms']:>10.3f}{sp:>9.2f}x{tgt:>9}{two[kind + '_collectives']:>13.0f}"
-                         f"{two[kind + '_collective_bytes'] / 2**20:>8.2f}{one[err[0]]:>14.2e}{two[err[1]]:>12.2e}")
+            lines.append(
+                f"{'d=' + str(c['d']) + ' ' + kind:<18}{one[kind + '_card_ms']:>12.3f}"
+                f"{two[kind + '_card_ms']:>10.3f}{sp:>9.2f}x{tgt:>9}{two[kind + '_collectives']:>13.0f}"
+                f"{two[kind + '_collective_bytes'] / 2**20:>8.2f}{one[err[0]]:>14.2e}{two[err[1]]:>12.2e}"
+            )
     for name, h in r["host"].items():
-        lines.append(f"host cost {name}: one chip {h['one_chip_us']:.1f} us, mesh {h['mesh_us']:.1f} us "
-                     f"({h['placement']}): {h['ratio']:.2f}x (target <= {h['target']}, {'met' if h['met'] else 'NOT met'})")
+        lines.append(
+            f"host cost {name}: one chip {h['one_chip_us']:.1f} us, mesh {h['mesh_us']:.1f} us "
+            f"({h['placement']}): {h['ratio']:.2f}x (target <= {h['target']}, {'met' if h['met'] else 'NOT met'})"
+        )
     m = r["memory"]
     for how in ("replicated", "sharded"):
         v = m[how]
-        got = (f"{', '.join(_size(b) for b in v['per_chip_bytes'])} per chip" if v["fits"]
-               else f"does not fit ({v['placed_layers']} of {m['layers']} layers placed: {v['error']})")
-        lines.append(f"memory, {_size(m['model_bytes'])} model {how} (chip DRAM {_size(m['chip_dram_bytes'])}): "
-                     f"{got}")
+        got = (
+            f"{', '.join(_size(b) for b in v['per_chip_bytes'])} per chip"
+            if v["fits"]
+            else f"does not fit ({v['placed_layers']} of {m['layers']} layers placed: {v['error']})"
+        )
+        lines.append(f"memory, {_size(m['model_bytes'])} model {how} (chip DRAM {_size(m['chip_dram_bytes'])}): {got}")
     return "\n".join(lines)
 
 

@@ -57,8 +57,10 @@ def main() -> None:
         loss.backward()
         opt.step()
     backward = [r for r in kohakutt.placement_log() if r.op.endswith("_backward") and r.conversions]
-    print(f"training step: loss {loss.item():.4f}, {len(kohakutt.placement_log())} mesh ops, "
-          f"{len(backward)} backward ops with collectives")
+    print(
+        f"training step: loss {loss.item():.4f}, {len(kohakutt.placement_log())} mesh ops, "
+        f"{len(backward)} backward ops with collectives"
+    )
     print("mesh ok")
 
 

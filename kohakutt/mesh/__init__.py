@@ -13,9 +13,9 @@ import types
 from typing import Any
 
 from kohakutt.mesh.device import Link, MeshDevice, MeshStream, open_mesh, open_meshes
+from kohakutt.mesh.executor import MeshError, run
 from kohakutt.mesh.log import Conversion, PlacementRecord, placement_log, record_placements
 from kohakutt.mesh.placement import Partial, Placement, PlacementError, Replicate, Sharded, Unaligned, Unplaced
-from kohakutt.mesh.executor import MeshError, run
 from kohakutt.mesh.storage import Local, MeshStorage, MeshTensor
 
 __all__ = [

@@ -48,12 +48,15 @@ class _Meeting:
         try:
             self.barrier.wait()
         except threading.BrokenBarrierError:
-            raise CollectiveError(f"{self.name}: the other chip's half did not arrive (it failed, or only one chip "
-                                  "ran the work); synchronize the mesh to see the first error") from None
+            raise CollectiveError(
+                f"{self.name}: the other chip's half did not arrive (it failed, or only one chip "
+                "ran the work); synchronize the mesh to see the first error"
+            ) from None
 
 
-def _half(*buffers: Any, meeting: _Meeting, rank: int, ins: list, outs: list,
-          combine: Callable[[int, list], list[np.ndarray]]) -> None:
+def _half(
+    *buffers: Any, meeting: _Meeting, rank: int, ins: list, outs: list, combine: Callable[[int, list], list[np.ndarray]]
+) -> None:
     views = [b.device.backend.host_view(b) for b in buffers]
     mine = [decode(_rebind(t, buffers[i]), views[i]) for i, t in ins]
     s = running()
@@ -93,8 +96,15 @@ def _half_ttnn(*buffers: Any, meeting: _Meeting, rank: int, kind: str, dim: int 
     meeting.wait()
 
 
-def _queue_ttnn(name: str, mesh: MeshDevice, stream: MeshStream, ins: Sequence[DeviceTensor],
-                outs: Sequence[DeviceTensor], dim: int | None, estimate_ns: float) -> None:
+def _queue_ttnn(
+    name: str,
+    mesh: MeshDevice,
+    stream: MeshStream,
+    ins: Sequence[DeviceTensor],
+    outs: Sequence[DeviceTensor],
+    dim: int | None,
+    estimate_ns: float,
+) -> None:
     """On a card: each chip's input and output staged through typed whole buffers (what TT-NN's collectives take)."""
     from kohakutt.kernels import runner
     from kohakutt.mesh import ttnn_mesh
@@ -106,14 +116,22 @@ def _queue_ttnn(name: str, mesh: MeshDevice, stream: MeshStream, ins: Sequence[D
     typed_in, typed_out, cmds = [], [], []
     for c, (dev, s) in enumerate(zip(mesh.chips, stream.streams)):
         ti = DeviceTensor(dev.allocate(shape=ins[c].spec.shape, fmt=ins[c].spec.dtype.format, stream=s), ins[c].spec)
-        to = DeviceTensor(dev.allocate(shape=outs[c].spec.shape, fmt=outs[c].spec.dtype.format, stream=s),
-                          outs[c].spec)
+        to = DeviceTensor(dev.allocate(shape=outs[c].spec.shape, fmt=outs[c].spec.dtype.format, stream=s), outs[c].spec)
         runner.run("copy", [ins[c]], out=[ti], device=dev, stream=s)
         typed_in.append(ti)
         typed_out.append(to)
-        cmds.append((s, Command(name, _half_ttnn, (ti.buffer, to.buffer),
-                                {"meeting": meeting, "rank": c, "kind": name, "dim": dim, "pair": pair},
-                                estimate_ns)))
+        cmds.append(
+            (
+                s,
+                Command(
+                    name,
+                    _half_ttnn,
+                    (ti.buffer, to.buffer),
+                    {"meeting": meeting, "rank": c, "kind": name, "dim": dim, "pair": pair},
+                    estimate_ns,
+                ),
+            )
+        )
     enqueue_group(cmds)
     for c, (dev, s) in enumerate(zip(mesh.chips, stream.streams)):
         runner.run("copy", [typed_out[c]], out=[outs[c]], device=dev, stream=s)
@@ -121,9 +139,16 @@ def _queue_ttnn(name: str, mesh: MeshDevice, stream: MeshStream, ins: Sequence[D
         dev.free(typed_out[c].buffer, s)
 
 
-def _queue(name: str, mesh: MeshDevice, stream: MeshStream, ins: Sequence[DeviceTensor],
-           outs: Sequence[DeviceTensor], combine: Callable[[int, list], list[np.ndarray]], estimate_ns: float,
-           dim: int | None = None) -> None:
+def _queue(
+    name: str,
+    mesh: MeshDevice,
+    stream: MeshStream,
+    ins: Sequence[DeviceTensor],
+    outs: Sequence[DeviceTensor],
+    combine: Callable[[int, list], list[np.ndarray]],
+    estimate_ns: float,
+    dim: int | None = None,
+) -> None:
     if mesh.chips[0].backend.name == "ttnn":
         _queue_ttnn(name, mesh, stream, ins, outs, dim, estimate_ns)
         return
@@ -142,8 +167,18 @@ def _queue(name: str, mesh: MeshDevice, stream: MeshStream, ins: Sequence[Device
 
         ins_c = [(at(ins[c]), ins[c])]
         outs_c = [(at(outs[c]), outs[c])]
-        cmds.append((s, Command(name, _half, tuple(bufs), {"meeting": meeting, "rank": c, "ins": ins_c,
-                                                           "outs": outs_c, "combine": combine}, estimate_ns)))
+        cmds.append(
+            (
+                s,
+                Command(
+                    name,
+                    _half,
+                    tuple(bufs),
+                    {"meeting": meeting, "rank": c, "ins": ins_c, "outs": outs_c, "combine": combine},
+                    estimate_ns,
+                ),
+            )
+        )
     enqueue_group(cmds)
 
 

@@ -61,9 +61,13 @@ class MeshStats:
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
             return {
-                "collectives": dict(self.collectives), "bytes": dict(self.bytes),
-                "total": sum(self.collectives.values()), "total_bytes": sum(self.bytes.values()),
-                "fallbacks": dict(self.fallbacks), "ops": self.ops, "decisions": dict(self.decisions),
+                "collectives": dict(self.collectives),
+                "bytes": dict(self.bytes),
+                "total": sum(self.collectives.values()),
+                "total_bytes": sum(self.bytes.values()),
+                "fallbacks": dict(self.fallbacks),
+                "ops": self.ops,
+                "decisions": dict(self.decisions),
             }
 
     def reset(self) -> None:
@@ -175,17 +179,14 @@ class MeshDevice:
 
     @property
     def closed(self) -> bool:
-        if self._closed:
-            return True
-        for d in self.chips:
-            if d._closed:
-                return True
-        return False
+        return self._closed or any(d._closed for d in self.chips)
 
     def check_open(self, use: str) -> None:
         if self.closed:
-            raise DeviceError(f"{use}: the mesh of chips {self.chip_ids} is closed; open it again with "
-                              f"kohakutt.mesh({list(self.chip_ids)})")
+            raise DeviceError(
+                f"{use}: the mesh of chips {self.chip_ids} is closed; open it again with "
+                f"kohakutt.mesh({list(self.chip_ids)})"
+            )
 
     @property
     def chip_ids(self) -> tuple[int, ...]:
@@ -262,9 +263,15 @@ class MeshDevice:
             d.close()
 
     def describe(self) -> dict[str, Any]:
-        return {"mesh": list(MESH_SHAPE), "chips": list(self.chip_ids), "index": self.index, "link": self.link.name,
-                "link_bytes_per_s": self.link.bytes_per_s, "link_latency_s": self.link.latency_s,
-                "backend": self.chips[0].backend.name}
+        return {
+            "mesh": list(MESH_SHAPE),
+            "chips": list(self.chip_ids),
+            "index": self.index,
+            "link": self.link.name,
+            "link_bytes_per_s": self.link.bytes_per_s,
+            "link_latency_s": self.link.latency_s,
+            "backend": self.chips[0].backend.name,
+        }
 
     def __repr__(self) -> str:
         return f"MeshDevice(chips={list(self.chip_ids)}, {'closed' if self.closed else 'open'})"
@@ -298,8 +305,7 @@ def open_mesh(chips: tuple[int, ...] | list[int] = (0, 1)) -> MeshDevice:
             return mesh
         other = next((m for m in _meshes.values() if not m.closed), None)
         if other is not None:
-            raise DeviceError(f"the mesh of chips {list(other.chip_ids)} is open; one mesh at a time "
-                              "(close it first)")
+            raise DeviceError(f"the mesh of chips {list(other.chip_ids)} is open; one mesh at a time (close it first)")
         devices = []
         if hal.backend_choice()[0] == "ttnn":  # the pair opens as one TT-NN mesh, fabric first
             from kohakutt.mesh import ttnn_mesh

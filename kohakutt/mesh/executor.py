@@ -18,9 +18,8 @@ from kohakutt.ir.ops import ScalarSpec, TensorSpec
 from kohakutt.kernels import runner
 from kohakutt.kernels.tensor import DeviceTensor
 from kohakutt.mesh import collectives as coll
-from kohakutt.mesh import layout
+from kohakutt.mesh import layout, rules
 from kohakutt.mesh import log as plog
-from kohakutt.mesh import rules
 from kohakutt.mesh.device import MeshDevice, MeshStream
 from kohakutt.mesh.placement import Partial, Placement, Replicate, Sharded, split
 from kohakutt.mesh.storage import Local, MeshStorage, MeshTensor, empty
@@ -76,7 +75,7 @@ def physical_for(t: MeshTensor, target: Sharded) -> Sharded | None:
     if not mine:
         return None
     B = layout.contiguous(st.physical)
-    n0, s0 = mine[0]
+    _, s0 = mine[0]
     q = next((i for i in range(len(B)) if B[i] <= s0 < B[i] * st.physical[i]), None)
     if q is None or s0 % B[q] or not st.can_shard(q):
         return None
@@ -164,8 +163,16 @@ def make_replicated(st: MeshStorage, stream: MeshStream, why: str, log: list | N
     st.replace(Replicate(), bufs, stream, why)
 
 
-def convert(x: Local, target: Placement, mesh: MeshDevice, stream: MeshStream, temps: list, name: str,
-            log: list | None, why: str = "") -> Local:
+def convert(
+    x: Local,
+    target: Placement,
+    mesh: MeshDevice,
+    stream: MeshStream,
+    temps: list,
+    name: str,
+    log: list | None,
+    why: str = "",
+) -> Local:
     """``x`` redistributed to ``target``, by the collectives it takes (logged into ``log`` when given)."""
     src = x.placement
     if src == target:
@@ -198,8 +205,13 @@ def _to_partial(x: Local, mesh: MeshDevice, stream: MeshStream, temps: list) -> 
     views = [x.views[0]]
     for c in range(1, mesh.size):
         v = x.views[c]
-        z = runner.run("full", [], {"shape": v.spec.shape, "value": 0, "dtype": v.spec.dtype.value},
-                   device=mesh.chips[c], stream=stream.streams[c])[0]
+        z = runner.run(
+            "full",
+            [],
+            {"shape": v.spec.shape, "value": 0, "dtype": v.spec.dtype.value},
+            device=mesh.chips[c],
+            stream=stream.streams[c],
+        )[0]
         temps.append(z)
         views.append(z)
     return Local(x.spec, Partial(), tuple(views))
@@ -221,8 +233,15 @@ def _name(i: int, n_in: int) -> str:
     return f"input {i}" if i < n_in else f"output {i - n_in}"
 
 
-def run(op: str, inputs: Sequence[Any], attrs: dict[str, Any] | None = None, *,
-        out: Sequence[MeshTensor] | None = None, device: Any = None, stream: Any = None) -> list[MeshTensor]:
+def run(
+    op: str,
+    inputs: Sequence[Any],
+    attrs: dict[str, Any] | None = None,
+    *,
+    out: Sequence[MeshTensor] | None = None,
+    device: Any = None,
+    stream: Any = None,
+) -> list[MeshTensor]:
     """Queue IR op ``op`` on mesh tensors (and Python numbers); return its outputs (``out`` when given)."""
     mesh = _mesh_of(inputs, out, device)
     mesh.check_open(op)
@@ -240,8 +259,10 @@ def run(op: str, inputs: Sequence[Any], attrs: dict[str, Any] | None = None, *,
             specs.append(x.spec)
             places.append(loc.placement)
         elif isinstance(x, DeviceTensor):
-            raise MeshError(f"{op}: a tensor on chip {x.buffer.device.chip_id} is mixed with mesh tensors; move it "
-                            "to the mesh first (.to(mesh))")
+            raise MeshError(
+                f"{op}: a tensor on chip {x.buffer.device.chip_id} is mixed with mesh tensors; move it "
+                "to the mesh first (.to(mesh))"
+            )
         else:
             locs.append(x)
             specs.append(ScalarSpec(x))
@@ -253,8 +274,17 @@ def run(op: str, inputs: Sequence[Any], attrs: dict[str, Any] | None = None, *,
         wants.append(w)
         prefers.append(pref)
     n_out_hint = len(out) if out is not None else None
-    dec, out_specs, bound = rules.decide(op, specs, places, attrs, _pad(wants, n_out_hint, out),
-                                         _pad(prefers, n_out_hint, out), mesh.size, mesh.link, mesh.stats)
+    dec, out_specs, bound = rules.decide(
+        op,
+        specs,
+        places,
+        attrs,
+        _pad(wants, n_out_hint, out),
+        _pad(prefers, n_out_hint, out),
+        mesh.size,
+        mesh.link,
+        mesh.stats,
+    )
     if n_out_hint is None:
         wants = [None] * len(out_specs)
         prefers = [None] * len(out_specs)
@@ -263,8 +293,11 @@ def run(op: str, inputs: Sequence[Any], attrs: dict[str, Any] | None = None, *,
     for i, need in enumerate(dec.inputs):
         if need is not None and locs[i].placement != need:
             x = inputs[i]
-            if (isinstance(locs[i].placement, Partial) and isinstance(need, Replicate)
-                    and _settle(x, ms, log, _name(i, n_in))):
+            if (
+                isinstance(locs[i].placement, Partial)
+                and isinstance(need, Replicate)
+                and _settle(x, ms, log, _name(i, n_in))
+            ):
                 locs[i] = x.local()  # the storage itself is summed now: later reads of it cost nothing
                 if locs[i].placement == need:
                     continue
@@ -277,23 +310,26 @@ def run(op: str, inputs: Sequence[Any], attrs: dict[str, Any] | None = None, *,
         stage = rules.Step(op, bound | {"keepdim": True}, tuple(range(len(locs))))
         kept = irops.infer(op, specs, bound | {"keepdim": True})  # each chip's result: size 1 on the reduced dims
         d = dec.inputs[0].dim  # type: ignore[union-attr]
-        kept = [o.with_(shape=o.shape[:d] + (mesh.size,) + o.shape[d + 1 :]) for o in kept]  # one per chip on d
+        kept = [o.with_(shape=(*o.shape[:d], mesh.size, *o.shape[d + 1 :])) for o in kept]  # one per chip on d
         firsts = [_stage_out(mesh, ms, o, p, temps) for o, p in zip(kept, computed)]
         _run_programs(mesh, ms, ((stage,),) * mesh.size, locs, firsts, seed=None)
-        locs = [convert(f, Replicate(), mesh, ms, temps, f"{op} partial result", log, "two-stage reduction")
-                for f in firsts]
+        locs = [
+            convert(f, Replicate(), mesh, ms, temps, f"{op} partial result", log, "two-stage reduction") for f in firsts
+        ]
         programs = ((rules.Step(op, bound, tuple(range(len(locs)))),),) * mesh.size
         computed = [Replicate() for _ in out_specs]
     results, targets, writes = _bind(mesh, ms, out, out_specs, computed, wants, prefers, dec.creates, temps)
     seed = None
     if dec.random:
         seed = runner.mesh_seed(mesh.chips[0], sum(s.numel for s in out_specs))
-    _run_programs(mesh, ms, programs or ((rules.Step(op, bound, tuple(range(len(locs)))),),) * mesh.size, locs,
-                  writes, seed=seed)
+    _run_programs(
+        mesh, ms, programs or ((rules.Step(op, bound, tuple(range(len(locs)))),),) * mesh.size, locs, writes, seed=seed
+    )
     for k, (got, tgt) in enumerate(zip(writes, targets)):
         if tgt is not None and got.placement != tgt.placement:
-            conv = convert(got, tgt.placement, mesh, ms, temps, _name(n_in + k, n_in), log, "into the output's "
-                           "placement")
+            conv = convert(
+                got, tgt.placement, mesh, ms, temps, _name(n_in + k, n_in), log, "into the output's placement"
+            )
             _copy_into(mesh, ms, conv, tgt)
     for t in temps:
         t.buffer.device.free(t.buffer, ms.streams[mesh.chips.index(t.buffer.device)])
@@ -302,10 +338,15 @@ def run(op: str, inputs: Sequence[Any], attrs: dict[str, Any] | None = None, *,
         with mesh.stats.lock:
             mesh.stats.fallbacks[op] += 1
     if log is not None:
-        plog.add(plog.PlacementRecord(op, tuple(str(p) if p is not None else "number" for p in places),
-                                      tuple(str(t.placement if t is not None else w.placement)
-                                            for t, w in zip(targets, writes)),
-                                      tuple(log), dec.reason))
+        plog.add(
+            plog.PlacementRecord(
+                op,
+                tuple(str(p) if p is not None else "number" for p in places),
+                tuple(str(t.placement if t is not None else w.placement) for t, w in zip(targets, writes)),
+                tuple(log),
+                dec.reason,
+            )
+        )
     return results
 
 
@@ -337,7 +378,9 @@ def _read(x: MeshTensor, ms: MeshStream, temps: list, log: list | None, name: st
     return Local(x.spec, Replicate(), tuple(DeviceTensor(b, x.spec, x.strides, x.offset) for b in bufs))
 
 
-def _constraint(o: MeshTensor, ms: MeshStream, log: list | None, name: str) -> tuple[Placement | None, Placement | None]:
+def _constraint(
+    o: MeshTensor, ms: MeshStream, log: list | None, name: str
+) -> tuple[Placement | None, Placement | None]:
     """What an output must end as (None: free) and, for an unplaced storage, the placement a creation gives it."""
     st = o.storage
     st.check_live(name)
@@ -356,9 +399,17 @@ def _constraint(o: MeshTensor, ms: MeshStream, log: list | None, name: str) -> t
     return loc.placement, None
 
 
-def _bind(mesh: MeshDevice, ms: MeshStream, out: Sequence[MeshTensor] | None, out_specs: list[TensorSpec],
-          computed: list[Placement], wants: list, prefers: list, creates: bool,
-          temps: list) -> tuple[list[MeshTensor], list[Local | None], list[Local]]:
+def _bind(
+    mesh: MeshDevice,
+    ms: MeshStream,
+    out: Sequence[MeshTensor] | None,
+    out_specs: list[TensorSpec],
+    computed: list[Placement],
+    wants: list,
+    prefers: list,
+    creates: bool,
+    temps: list,
+) -> tuple[list[MeshTensor], list[Local | None], list[Local]]:
     """The op's results, and for each output: where the chips write (a Local in the computed placement) and, when
     that differs from the output's own placement, the output's Local to convert into afterwards."""
     results: list[MeshTensor] = []
@@ -406,8 +457,14 @@ def _stage_out(mesh: MeshDevice, ms: MeshStream, spec: TensorSpec, p: Placement,
     return Local(spec, p, tuple(views))
 
 
-def _run_programs(mesh: MeshDevice, ms: MeshStream, programs: Sequence[Sequence[rules.Step]], locs: list,
-                  writes: list[Local], seed: tuple[int, int] | None) -> None:
+def _run_programs(
+    mesh: MeshDevice,
+    ms: MeshStream,
+    programs: Sequence[Sequence[rules.Step]],
+    locs: list,
+    writes: list[Local],
+    seed: tuple[int, int] | None,
+) -> None:
     for c, dev in enumerate(mesh.chips):
         outs = [w.views[c] for w in writes]
         if outs and all(o.spec.numel == 0 for o in outs):
@@ -426,8 +483,7 @@ def _run_programs(mesh: MeshDevice, ms: MeshStream, programs: Sequence[Sequence[
                 else:
                     args.append(a[1])
             last = n == len(prog) - 1
-            res = runner.run(step.op, args, step.attrs, out=outs if last else None, device=dev, stream=s,
-                         seed=seed)
+            res = runner.run(step.op, args, step.attrs, out=outs if last else None, device=dev, stream=s, seed=seed)
             if not last:
                 made.append(res[0] if len(res) == 1 else res)
         for m in made:

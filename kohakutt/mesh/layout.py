@@ -49,8 +49,9 @@ def _physical(sizes: Sequence[int], strides: Sequence[int], nbytes: int, itemsiz
     return tuple(n for _, n in dims)
 
 
-def split_view(shape: Sequence[int], strides: Sequence[int], offset: int,
-               p_shape: Sequence[int]) -> list[tuple[int, int, int]] | None:
+def split_view(
+    shape: Sequence[int], strides: Sequence[int], offset: int, p_shape: Sequence[int]
+) -> list[tuple[int, int, int]] | None:
     """The view as (view dim, size, stride) parts, each moving within one physical dim (outer parts first within a
     view dim), or None when a view dim runs over physical dims in a way that does not split (a stride that is no
     multiple of a physical stride and carries)."""
@@ -84,8 +85,9 @@ Located = tuple[int, tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...]]
 _located: dict[tuple, Located | None] = {}
 
 
-def localize(shape: Sequence[int], strides: Sequence[int], offset: int, p_shape: Sequence[int], p: int,
-             sizes: Sequence[int]) -> Located | None:
+def localize(
+    shape: Sequence[int], strides: Sequence[int], offset: int, p_shape: Sequence[int], p: int, sizes: Sequence[int]
+) -> Located | None:
     """Where a view of a storage sharded on physical dim ``p`` with ``sizes`` lives: (the view dim that is sharded,
     per chip (local shape, local strides, local offset)), or None when the view does not keep the sharding.
     Cached: a training step's tensors repeat a few layouts."""
@@ -100,8 +102,9 @@ def localize(shape: Sequence[int], strides: Sequence[int], offset: int, p_shape:
     return got
 
 
-def _localize(shape: Sequence[int], strides: Sequence[int], offset: int, p_shape: Sequence[int], p: int,
-              sizes: Sequence[int]) -> Located | None:
+def _localize(
+    shape: Sequence[int], strides: Sequence[int], offset: int, p_shape: Sequence[int], p: int, sizes: Sequence[int]
+) -> Located | None:
     parts = split_view(shape, strides, offset, p_shape)
     if parts is None:
         return None

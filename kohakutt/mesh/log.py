@@ -43,8 +43,7 @@ class PlacementRecord:
 
     def __str__(self) -> str:
         conv = "; ".join(str(c) for c in self.conversions) or "none"
-        return (f"{self.op}({', '.join(self.inputs)}) -> {', '.join(self.output)} | conversions: {conv} | "
-                f"{self.reason}")
+        return f"{self.op}({', '.join(self.inputs)}) -> {', '.join(self.output)} | conversions: {conv} | {self.reason}"
 
 
 def _size(n: int) -> str:
@@ -77,8 +76,8 @@ def add(record: PlacementRecord) -> None:
 
 @contextmanager
 def record_placements(clear: bool = True) -> Iterator[list[PlacementRecord]]:
-    """Record every mesh op in the block (of any thread: backward passes run on autograd's) (the log is emptied first unless ``clear=False``); yields
-    the list the records go to (also :func:`placement_log`)."""
+    """Record every mesh op in the block, of any thread (backward passes run on autograd's); the log is emptied first
+    unless ``clear=False``. Yields the list the records go to (also :func:`placement_log`)."""
     if clear:
         with _lock:
             _records.clear()

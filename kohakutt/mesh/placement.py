@@ -116,8 +116,7 @@ def parse(p: Placement | str | None) -> Placement | None:
     m = _SHARD.match(p)
     if m:
         return Sharded(int(m.group(1)))
-    raise PlacementError(f"cannot read placement {p!r}: write 'R' (replicated), 'S(d)' (sharded on dim d) or "
-                         "'Partial'")
+    raise PlacementError(f"cannot read placement {p!r}: write 'R' (replicated), 'S(d)' (sharded on dim d) or 'Partial'")
 
 
 def bind(p: Placement, shape: tuple[int, ...], chips: int) -> Placement:

@@ -172,8 +172,7 @@ def _partial_linear(ctx: Ctx) -> Candidate | None:
             return None
     elif op not in ("neg", "copy"):
         return None
-    needs = tuple((Partial() if i in parts else Replicate()) if ctx.tensor(i) else None
-                  for i in range(len(ctx.specs)))
+    needs = tuple((Partial() if i in parts else Replicate()) if ctx.tensor(i) else None for i in range(len(ctx.specs)))
     return needs, (Partial(),), None, "linear in a Partial operand: stays Partial"
 
 
@@ -239,33 +238,53 @@ def matmul(ctx: Ctx) -> Decision | None:
             n[bias] = bias_need(c)
         return tuple(n)
 
-    cands: list[Candidate] = [(needs_of(Replicate(), Replicate(), Replicate()), (Replicate(),), None,
-                               "matmul: all replicated")]
+    cands: list[Candidate] = [
+        (needs_of(Replicate(), Replicate(), Replicate()), (Replicate(),), None, "matmul: all replicated")
+    ]
     want_s = _out_wants_sharded(ctx)
     for od in range(R):
         da, db = dim_for(ra, sa, od), dim_for(rb, sb, od)
         if da is None and db is None:
             continue
-        sizes = _sizes_for(ctx, out.shape[od], *(ctx.places[ia] if isinstance(ctx.places[ia], Sharded)
-                                                   and ctx.places[ia].dim == da else None,
-                                                   ctx.places[ib] if isinstance(ctx.places[ib], Sharded)
-                                                   and ctx.places[ib].dim == db else None),
-                           *[w for w in want_s if w.dim == od])
+        sizes = _sizes_for(
+            ctx,
+            out.shape[od],
+            *(
+                ctx.places[ia] if isinstance(ctx.places[ia], Sharded) and ctx.places[ia].dim == da else None,
+                ctx.places[ib] if isinstance(ctx.places[ib], Sharded) and ctx.places[ib].dim == db else None,
+            ),
+            *[w for w in want_s if w.dim == od],
+        )
         pa = Sharded(da, sizes) if da is not None else Replicate()
         pb = Sharded(db, sizes) if db is not None else Replicate()
         c = Sharded(od, sizes)
         role = (ra.get(da) or rb.get(db))[0]
-        cands.append((needs_of(pa, pb, c), (c,), None,
-                      f"matmul: sharded {'rows' if role == 'm' else 'columns' if role == 'n' else 'batch'} "
-                      f"give a sharded output"))
+        cands.append(
+            (
+                needs_of(pa, pb, c),
+                (c,),
+                None,
+                f"matmul: sharded {'rows' if role == 'm' else 'columns' if role == 'n' else 'batch'} "
+                f"give a sharded output",
+            )
+        )
     ka = next(d for d, (r, _) in ra.items() if r == "k") if op != "outer" else None
     kb = next(d for d, (r, _) in rb.items() if r == "k") if op != "outer" else None
     if ka is not None and sa.shape[ka] > 1:
-        sizes = _sizes_for(ctx, sa.shape[ka], *(p for p, d in ((ctx.places[ia], ka), (ctx.places[ib], kb))
-                                                 if isinstance(p, Sharded) and p.dim == d))
+        sizes = _sizes_for(
+            ctx,
+            sa.shape[ka],
+            *(p for p, d in ((ctx.places[ia], ka), (ctx.places[ib], kb)) if isinstance(p, Sharded) and p.dim == d),
+        )
         progs = _partial_programs(ctx, ia, ib, bias)
-        cands.append((needs_of(Sharded(ka, sizes), Sharded(kb, sizes), Partial()), (Partial(),), progs,
-                      "matmul: the contracting dim is sharded on both sides: Partial"))
+        cands.append(
+            (
+                needs_of(Sharded(ka, sizes), Sharded(kb, sizes), Partial()),
+                (Partial(),),
+                progs,
+                "matmul: the contracting dim is sharded on both sides: Partial",
+            )
+        )
     return _choose(ctx, cands)
 
 
@@ -324,8 +343,10 @@ def reduce(ctx: Ctx) -> Decision | None:
         sizes = _sizes_for(ctx, s.shape[d], p if isinstance(p, Sharded) and p.dim == d else None)
         need = Sharded(d, sizes)
         if d not in dims:
-            outs = tuple(Sharded(out_dim(d), sizes) if o.ndim == (nd if keep else nd - len(dims)) and o.numel
-                         else Replicate() for o in ctx.outs)
+            outs = tuple(
+                Sharded(out_dim(d), sizes) if o.ndim == (nd if keep else nd - len(dims)) and o.numel else Replicate()
+                for o in ctx.outs
+            )
             cands.append(((need,), outs, None, f"{op} over other dims: the sharding moves with the kept dims"))
         elif op in _PARTIAL_REDUCE:
             cands.append(((need,), (Partial(),), None, f"{op} over the sharded dim: Partial"))
@@ -335,17 +356,35 @@ def reduce(ctx: Ctx) -> Decision | None:
                 count *= s.shape[r]
             sum_attrs = {"dims": a.get("dims"), "keepdim": a.get("keepdim"), "dtype": a.get("dtype")}
             prog = (Step("sum", sum_attrs, (0,)), Step("mul", None, (("t", 0), ("v", 1.0 / count))))
-            cands.append(((need,), (Partial(),), (prog,) * ctx.chips,
-                          "mean over the sharded dim: local sums scaled by the global count, Partial"))
+            cands.append(
+                (
+                    (need,),
+                    (Partial(),),
+                    (prog,) * ctx.chips,
+                    "mean over the sharded dim: local sums scaled by the global count, Partial",
+                )
+            )
         elif op in _TWO_STAGE:
-            cands.append(((need,), tuple(Replicate() for _ in ctx.outs), None,
-                          f"{op} over the sharded dim: reduced on each chip, the two results gathered and reduced"))
+            cands.append(
+                (
+                    (need,),
+                    tuple(Replicate() for _ in ctx.outs),
+                    None,
+                    f"{op} over the sharded dim: reduced on each chip, the two results gathered and reduced",
+                )
+            )
     if isinstance(p, Partial) and op == "sum":
         cands.append(((Partial(),), (Partial(),), None, "sum of a Partial: Partial"))
     dec = _choose(ctx, cands)
     if dec is not None and isinstance(dec.inputs[0], Sharded) and dec.inputs[0].dim in dims and op in _TWO_STAGE:
-        dec = Decision(dec.inputs, tuple(Sharded(dec.inputs[0].dim, (1,) * ctx.chips) for _ in ctx.outs), None,
-                       dec.reason, regather=True, cost_ns=dec.cost_ns)
+        dec = Decision(
+            dec.inputs,
+            tuple(Sharded(dec.inputs[0].dim, (1,) * ctx.chips) for _ in ctx.outs),
+            None,
+            dec.reason,
+            regather=True,
+            cost_ns=dec.cost_ns,
+        )
     return dec
 
 
@@ -360,8 +399,15 @@ def softmax(ctx: Ctx) -> Decision | None:
     return pointwise(ctx, excluded=(ctx.attrs.get("dim", -1),))
 
 
-def _batch_like(ctx: Ctx, x: int, shardable: Sequence[int], batch: set[int], partial_outs: set[int],
-                why: str, broadcast: set[int] = frozenset()) -> Decision | None:  # type: ignore[assignment]
+def _batch_like(
+    ctx: Ctx,
+    x: int,
+    shardable: Sequence[int],
+    batch: set[int],
+    partial_outs: set[int],
+    why: str,
+    broadcast: set[int] = frozenset(),
+) -> Decision | None:  # type: ignore[assignment]
     """Ops independent along ``shardable`` dims of operand ``x`` (norms, conv / pool batches, attention heads): the
     ``batch`` operands are sharded with it (``broadcast`` ones too where their dim is not 1), the others (parameters)
     replicated; outputs are sharded with it, except ``partial_outs`` (a backward's parameter gradients: sums over
@@ -370,8 +416,11 @@ def _batch_like(ctx: Ctx, x: int, shardable: Sequence[int], batch: set[int], par
     reps = tuple(Replicate() if ctx.tensor(i) else None for i in range(len(ctx.specs)))
     cands: list[Candidate] = [(reps, tuple(Replicate() for _ in ctx.outs), None, f"{why}: replicated")]
     for d in sorted(d for d in shardable if sx.shape[d] > 1):
-        sizes = _sizes_for(ctx, sx.shape[d], *(ctx.places[i] for i in sorted(batch)
-                                                if isinstance(ctx.places[i], Sharded) and ctx.places[i].dim == d))
+        sizes = _sizes_for(
+            ctx,
+            sx.shape[d],
+            *(ctx.places[i] for i in sorted(batch) if isinstance(ctx.places[i], Sharded) and ctx.places[i].dim == d),
+        )
         needs: list[Placement | None] = list(reps)
         ok = True
         for i in batch | broadcast:
@@ -456,13 +505,28 @@ def embedding(ctx: Ctx) -> Decision | None:
         for d in range(idx.ndim):
             if idx.shape[d] > 1:
                 sizes = _sizes_for(ctx, idx.shape[d], ctx.places[1])
-                cands.append(((Replicate(), Sharded(d, sizes)), (Sharded(d, sizes),), None,
-                              "embedding: the indices' sharding goes to the output"))
+                cands.append(
+                    (
+                        (Replicate(), Sharded(d, sizes)),
+                        (Sharded(d, sizes),),
+                        None,
+                        "embedding: the indices' sharding goes to the output",
+                    )
+                )
         if w.shape[1] > 1:
-            sizes = _sizes_for(ctx, w.shape[1], ctx.places[0] if isinstance(ctx.places[0], Sharded)
-                               and ctx.places[0].dim == 1 else None)
-            cands.append(((Sharded(1, sizes), Replicate()), (Sharded(out.ndim - 1, sizes),), None,
-                          "embedding: the table's columns are sharded: so is the output's last dim"))
+            sizes = _sizes_for(
+                ctx,
+                w.shape[1],
+                ctx.places[0] if isinstance(ctx.places[0], Sharded) and ctx.places[0].dim == 1 else None,
+            )
+            cands.append(
+                (
+                    (Sharded(1, sizes), Replicate()),
+                    (Sharded(out.ndim - 1, sizes),),
+                    None,
+                    "embedding: the table's columns are sharded: so is the output's last dim",
+                )
+            )
         return _choose(ctx, cands)
     if ctx.op == "embedding_backward":
         g, idx = ctx.specs[0], ctx.specs[1]
@@ -470,12 +534,24 @@ def embedding(ctx: Ctx) -> Decision | None:
         for d in range(idx.ndim):
             if idx.shape[d] > 1:
                 sizes = _sizes_for(ctx, idx.shape[d], ctx.places[1], ctx.places[0])
-                cands.append(((Sharded(d, sizes), Sharded(d, sizes)), (Partial(),), None,
-                              "embedding backward over sharded indices: the table gradient is Partial"))
+                cands.append(
+                    (
+                        (Sharded(d, sizes), Sharded(d, sizes)),
+                        (Partial(),),
+                        None,
+                        "embedding backward over sharded indices: the table gradient is Partial",
+                    )
+                )
         if g.shape[-1] > 1:
             sizes = _sizes_for(ctx, g.shape[-1], ctx.places[0])
-            cands.append(((Sharded(g.ndim - 1, sizes), Replicate()), (Sharded(1, sizes),), None,
-                          "embedding backward with the feature dim sharded"))
+            cands.append(
+                (
+                    (Sharded(g.ndim - 1, sizes), Replicate()),
+                    (Sharded(1, sizes),),
+                    None,
+                    "embedding backward with the feature dim sharded",
+                )
+            )
         return _choose(ctx, cands)
     return None
 
@@ -495,20 +571,41 @@ def creation(ctx: Ctx) -> Decision | None:
     if ctx.op in ("full", "zeros", "ones"):  # into a Partial storage: the value on chip 0, zeros elsewhere
         zero = ctx.attrs | ({"value": 0} if ctx.op == "full" else {})
         first = (Step(ctx.op, ctx.attrs, ()),)
-        rest = (Step("full" if ctx.op == "full" else "zeros", zero, ()),) if ctx.op != "ones" else (
-            Step("full", {"shape": ctx.attrs["shape"], "value": 0, "dtype": ctx.attrs["dtype"],
-                          "layout": ctx.attrs["layout"]}, ()),)
+        rest = (
+            (Step("full" if ctx.op == "full" else "zeros", zero, ()),)
+            if ctx.op != "ones"
+            else (
+                Step(
+                    "full",
+                    {
+                        "shape": ctx.attrs["shape"],
+                        "value": 0,
+                        "dtype": ctx.attrs["dtype"],
+                        "layout": ctx.attrs["layout"],
+                    },
+                    (),
+                ),
+            )
+        )
         return Decision((), (Partial(),), (first,) + (rest,) * (ctx.chips - 1), f"{ctx.op} into a Partial tensor")
-    return Decision(tuple(Replicate() if ctx.tensor(i) else None for i in range(len(ctx.specs))),
-                    tuple(Replicate() for _ in ctx.outs), None, f"{ctx.op}: computed whole, then narrowed",
-                    creates=True)
+    return Decision(
+        tuple(Replicate() if ctx.tensor(i) else None for i in range(len(ctx.specs))),
+        tuple(Replicate() for _ in ctx.outs),
+        None,
+        f"{ctx.op}: computed whole, then narrowed",
+        creates=True,
+    )
 
 
 def random(ctx: Ctx) -> Decision | None:
-    return Decision(tuple(Replicate() if ctx.tensor(i) else None for i in range(len(ctx.specs))),
-                    tuple(Replicate() for _ in ctx.outs), None,
-                    f"{ctx.op}: both chips draw the whole tensor from the mesh's random stream, then keep their part",
-                    creates=True, random=True)
+    return Decision(
+        tuple(Replicate() if ctx.tensor(i) else None for i in range(len(ctx.specs))),
+        tuple(Replicate() for _ in ctx.outs),
+        None,
+        f"{ctx.op}: both chips draw the whole tensor from the mesh's random stream, then keep their part",
+        creates=True,
+        random=True,
+    )
 
 
 def movement(ctx: Ctx) -> Decision | None:
@@ -519,8 +616,7 @@ def movement(ctx: Ctx) -> Decision | None:
     if op in ("tril", "triu"):
         return along(ctx, (-1, -2))
     if op in ("flip", "roll"):
-        return along(ctx, irops.norm_dims(a.get("dims"), s.ndim, op) if a.get("dims") is not None else
-                     range(s.ndim))
+        return along(ctx, irops.norm_dims(a.get("dims"), s.ndim, op) if a.get("dims") is not None else range(s.ndim))
     if op in ("expand", "broadcast_to"):
         return pointwise(ctx)
     if op in ("slice",):
@@ -545,8 +641,9 @@ def movement(ctx: Ctx) -> Decision | None:
     return None
 
 
-def _same_attrs_excluding(ctx: Ctx, excluded: Sequence[int], out_dim: Callable[[int], int],
-                          only: Sequence[int] = (0,)) -> Decision | None:
+def _same_attrs_excluding(
+    ctx: Ctx, excluded: Sequence[int], out_dim: Callable[[int], int], only: Sequence[int] = (0,)
+) -> Decision | None:
     """Ops whose attributes do not depend on where a dim is cut (slicing, selecting or permuting other dims): the
     sharding of operand 0 moves to ``out_dim``; ``excluded`` dims are never sharded."""
     s = ctx.specs[0]
@@ -558,10 +655,15 @@ def _same_attrs_excluding(ctx: Ctx, excluded: Sequence[int], out_dim: Callable[[
         od = out_dim(d)
         if ctx.outs[0].shape[od] != s.shape[d]:
             continue
-        sizes = _sizes_for(ctx, s.shape[d], p if isinstance(p, Sharded) and p.dim == d else None,
-                           *[w for w in _out_wants_sharded(ctx) if w.dim == od])
-        needs = tuple((Sharded(d, sizes) if i in only else Replicate()) if ctx.tensor(i) else None
-                      for i in range(len(ctx.specs)))
+        sizes = _sizes_for(
+            ctx,
+            s.shape[d],
+            p if isinstance(p, Sharded) and p.dim == d else None,
+            *[w for w in _out_wants_sharded(ctx) if w.dim == od],
+        )
+        needs = tuple(
+            (Sharded(d, sizes) if i in only else Replicate()) if ctx.tensor(i) else None for i in range(len(ctx.specs))
+        )
         cands.append((needs, (Sharded(od, sizes),), None, f"{ctx.op}: dim {d} stays sharded as dim {od}"))
     return _choose(ctx, cands)
 
@@ -575,8 +677,14 @@ def _concat(ctx: Ctx, cd: int, stack: bool) -> Decision | None:
             continue
         od = d + (1 if stack and d >= cd else 0)
         sizes = _sizes_for(ctx, s0.shape[d], *ctx.places)
-        cands.append((tuple(Sharded(d, sizes) for _ in ctx.specs), (Sharded(od, sizes),), None,
-                      f"{ctx.op} along another dim: dim {d} stays sharded"))
+        cands.append(
+            (
+                tuple(Sharded(d, sizes) for _ in ctx.specs),
+                (Sharded(od, sizes),),
+                None,
+                f"{ctx.op} along another dim: dim {d} stays sharded",
+            )
+        )
     return _choose(ctx, cands)
 
 
@@ -587,15 +695,26 @@ def _gather(ctx: Ctx, dim: int) -> Decision | None:
         if d == dim or idx.shape[d] < 2 or x.shape[d] != idx.shape[d]:
             continue
         sizes = _sizes_for(ctx, idx.shape[d], *ctx.places)
-        cands.append(((Sharded(d, sizes), Sharded(d, sizes)), (Sharded(d, sizes),), None,
-                      f"gather along another dim: dim {d} stays sharded"))
+        cands.append(
+            (
+                (Sharded(d, sizes), Sharded(d, sizes)),
+                (Sharded(d, sizes),),
+                None,
+                f"gather along another dim: dim {d} stays sharded",
+            )
+        )
     return _choose(ctx, cands)
 
 
 def gather_all(ctx: Ctx, why: str) -> Decision:
     """No rule (or none that applies): every input replicated, the op run whole on each chip."""
-    return Decision(tuple(Replicate() if ctx.tensor(i) else None for i in range(len(ctx.specs))),
-                    tuple(Replicate() for _ in ctx.outs), None, why, fallback=True)
+    return Decision(
+        tuple(Replicate() if ctx.tensor(i) else None for i in range(len(ctx.specs))),
+        tuple(Replicate() for _ in ctx.outs),
+        None,
+        why,
+        fallback=True,
+    )
 
 
 _FUSED_ALONG = {"swiglu": "dim", "swiglu_backward": "dim"}
@@ -642,9 +761,17 @@ def _freeze(v: Any) -> Any:
     return (type(v), v)
 
 
-def decide(op: str, specs: Sequence[Spec], places: Sequence[Placement | None], attrs: dict[str, Any] | None,
-           wants: Sequence[Placement | None], prefers: Sequence[Placement | None], chips: int, link: Any,
-           stats: Any = None) -> tuple[Decision, list[TensorSpec], dict[str, Any]]:
+def decide(
+    op: str,
+    specs: Sequence[Spec],
+    places: Sequence[Placement | None],
+    attrs: dict[str, Any] | None,
+    wants: Sequence[Placement | None],
+    prefers: Sequence[Placement | None],
+    chips: int,
+    link: Any,
+    stats: Any = None,
+) -> tuple[Decision, list[TensorSpec], dict[str, Any]]:
     """The decision for ``op`` on operands of ``specs`` placed ``places`` (cached), the global output specs and
     the bound attributes."""
     key = (op, tuple(specs), tuple(places), _freeze(attrs) if attrs else None, tuple(wants), tuple(prefers))
@@ -659,21 +786,39 @@ def decide(op: str, specs: Sequence[Spec], places: Sequence[Placement | None], a
     d = irops.get(op)
     bound = d.bind_attrs(attrs)
     outs = d.infer(list(specs), bound)
-    ctx = Ctx(op, d, list(specs), list(places), bound, list(outs), list(wants), list(prefers), chips,
-              link.bytes_per_s, link.latency_s * 1e9)
+    ctx = Ctx(
+        op,
+        d,
+        list(specs),
+        list(places),
+        bound,
+        list(outs),
+        list(wants),
+        list(prefers),
+        chips,
+        link.bytes_per_s,
+        link.latency_s * 1e9,
+    )
     ctx.compute_ns = _compute_ns(op, d, list(specs), outs, bound)
     rule = FAMILY_RULES.get(d.family)
     impl = registry.lookup(op, "sim")
     dec = None
     if impl is not None and impl.random and d.family != "random":
-        dec = gather_all(ctx, f"{op} draws random numbers: computed whole on both chips") if not all(
-            p is None or isinstance(p, Replicate) for p in places) else random(ctx)
+        dec = (
+            gather_all(ctx, f"{op} draws random numbers: computed whole on both chips")
+            if not all(p is None or isinstance(p, Replicate) for p in places)
+            else random(ctx)
+        )
         dec = Decision(dec.inputs, dec.outputs, None, dec.reason, dec.fallback, True, True)
     elif rule is not None:
         dec = rule(ctx)
     if dec is None:
-        dec = gather_all(ctx, f"no rule for {d.family} op {op} with these placements: inputs gathered"
-                         if rule is not None else f"no rule for {d.family} op {op}: inputs gathered")
+        dec = gather_all(
+            ctx,
+            f"no rule for {d.family} op {op} with these placements: inputs gathered"
+            if rule is not None
+            else f"no rule for {d.family} op {op}: inputs gathered",
+        )
     if stats is not None:
         stats.decisions["miss"] += 1
     if key is not None:
@@ -688,7 +833,7 @@ def _compute_ns(op: str, d: irops.OpDef, specs: list[Spec], outs: list[TensorSpe
 
     impl = registry.lookup(op, "sim")
     try:
-        est = (impl.estimate if impl is not None and impl.estimate else kcost.default)
+        est = impl.estimate if impl is not None and impl.estimate else kcost.default
         return float(est(specs, outs, attrs, resolve(d.numerics), P150A))
     except Exception:  # an estimate is only a tie-breaker here
         return 0.0

@@ -44,8 +44,16 @@ class Local:
 class MeshStorage:
     """The storage of a mesh tensor. Make it with :func:`new_storage` (placed later) or :func:`empty`."""
 
-    def __init__(self, mesh: MeshDevice, nbytes: int, itemsize: int = 1, physical: Sequence[int] | None = None,
-                 *, hint: Placement | None = None, layout_: Layout = Layout.ROW_MAJOR):
+    def __init__(
+        self,
+        mesh: MeshDevice,
+        nbytes: int,
+        itemsize: int = 1,
+        physical: Sequence[int] | None = None,
+        *,
+        hint: Placement | None = None,
+        layout_: Layout = Layout.ROW_MAJOR,
+    ):
         self.mesh = mesh
         self.id = next(_ids)
         self.nbytes = int(nbytes)
@@ -96,9 +104,11 @@ class MeshStorage:
     def _check_capture(self, use: str) -> None:
         cap = self.mesh._capture
         if cap is not None and self.trace is not cap and self.placement is not None:
-            raise TraceError(f"{use} would change the placement of a tensor made before the capture (mesh storage "
-                             f"{self.id}, {self.placement}): a replay would find it as it was. Run the step eagerly "
-                             "first (warmup), so placements settle before capturing")
+            raise TraceError(
+                f"{use} would change the placement of a tensor made before the capture (mesh storage "
+                f"{self.id}, {self.placement}): a replay would find it as it was. Run the step eagerly "
+                "first (warmup), so placements settle before capturing"
+            )
 
     def place(self, placement: Placement, stream: MeshStream) -> None:
         """Give an unplaced storage its placement and its per-chip buffers (values undefined: zeros on the sim)."""
@@ -170,12 +180,19 @@ class MeshStorage:
         return Local(spec, Sharded(j, tuple(v.spec.shape[j] for v in views)), views)
 
     def same_kind_as(self, other: MeshStorage) -> bool:
-        return (isinstance(other, MeshStorage) and other.nbytes == self.nbytes and other.physical == self.physical
-                and other.placement == self.placement and other.itemsize == self.itemsize)
+        return (
+            isinstance(other, MeshStorage)
+            and other.nbytes == self.nbytes
+            and other.physical == self.physical
+            and other.placement == self.placement
+            and other.itemsize == self.itemsize
+        )
 
     def __repr__(self) -> str:
-        return (f"MeshStorage(id={self.id}, {self.nbytes} B, physical={self.physical}, {self.placement or 'unplaced'}"
-                f"{', ' + self._state if self._state != 'live' else ''})")
+        return (
+            f"MeshStorage(id={self.id}, {self.nbytes} B, physical={self.physical}, {self.placement or 'unplaced'}"
+            f"{', ' + self._state if self._state != 'live' else ''})"
+        )
 
 
 def _local_spec(spec: TensorSpec, p: Placement, chip: int) -> TensorSpec:
@@ -200,7 +217,7 @@ class MeshTensor:
         return self.spec.shape
 
     @property
-    def dtype(self):  # noqa: ANN201  (DType)
+    def dtype(self):
         return self.spec.dtype
 
     @property
@@ -241,9 +258,14 @@ class MeshTensor:
         return f"MeshTensor({self.spec}, strides={self.strides}, offset={self.offset}, storage={self.storage.id})"
 
 
-def new_storage(mesh: MeshDevice, nbytes: int, sizes: Sequence[int] | None = None,
-                strides: Sequence[int] | None = None, itemsize: int = 1,
-                hint: Placement | None = None) -> MeshStorage:
+def new_storage(
+    mesh: MeshDevice,
+    nbytes: int,
+    sizes: Sequence[int] | None = None,
+    strides: Sequence[int] | None = None,
+    itemsize: int = 1,
+    hint: Placement | None = None,
+) -> MeshStorage:
     """An unplaced storage of ``nbytes`` made for a tensor of ``sizes`` and ``strides`` (its physical layout)."""
     phys = layout.physical(sizes, strides, nbytes, itemsize) if sizes is not None and strides is not None else None
     return MeshStorage(mesh, nbytes, itemsize if phys is not None else 1, phys, hint=hint)

@@ -47,11 +47,20 @@ class MeshTrace:
         """The mesh storages the trace uses but did not make: the ones a replay may bind to others."""
         used = {b.id for t in self.traces for b in t.inputs}
         owned = {s.id for s in self.owned}
-        return [s for s in list(self.device.storages.values())
-                if s.id not in owned and s.buffers and any(b.id in used for b in s.buffers)]
+        return [
+            s
+            for s in list(self.device.storages.values())
+            if s.id not in owned and s.buffers and any(b.id in used for b in s.buffers)
+        ]
 
-    def replay(self, bindings: Mapping[MeshStorage, MeshStorage] | None = None, *, stream: MeshStream | None = None,
-               blocking: bool = False, args: Mapping[int, Mapping[str, Any]] | None = None) -> None:
+    def replay(
+        self,
+        bindings: Mapping[MeshStorage, MeshStorage] | None = None,
+        *,
+        stream: MeshStream | None = None,
+        blocking: bool = False,
+        args: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> None:
         """Queue every chip's trace (``bindings`` maps captured mesh storages to stand-ins placed the same way;
         ``args`` replaces the first chip's recorded arguments by command index, and the other chips' matching
         random draws get the same)."""
@@ -63,8 +72,10 @@ class MeshTrace:
         per_chip: list[dict[Any, Any]] = [{} for _ in self.traces]
         for old, new in (bindings or {}).items():
             if not old.same_kind_as(new) or old.buffers is None or new.buffers is None:
-                raise TraceError(f"cannot replay mesh trace {self.name!r} with {new!r} in place of {old!r}: size, "
-                                 "layout and placement must all match")
+                raise TraceError(
+                    f"cannot replay mesh trace {self.name!r} with {new!r} in place of {old!r}: size, "
+                    "layout and placement must all match"
+                )
             for c, (a, b) in enumerate(zip(old.buffers, new.buffers)):
                 per_chip[c][a] = b
         draws = [runner.random_draws(t.commands) for t in self.traces]

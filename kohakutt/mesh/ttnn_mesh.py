@@ -53,8 +53,10 @@ class TTNNPair:
 
     def __init__(self, ttnn: Any, chips: Sequence[int]):
         if len(chips) != 2:
-            raise DeviceError(f"a TT-NN mesh here is a 1 x 2 pair; got chips {list(chips)} (the fabric is never "
-                              "turned on for a single chip: it hangs the board, tt-metal issue 55519)")
+            raise DeviceError(
+                f"a TT-NN mesh here is a 1 x 2 pair; got chips {list(chips)} (the fabric is never "
+                "turned on for a single chip: it hangs the board, tt-metal issue 55519)"
+            )
         self.ttnn = ttnn
         self.chips = tuple(chips)
         self.parent: Any = None
@@ -65,9 +67,12 @@ class TTNNPair:
         t = self.ttnn
         t.set_fabric_config(config=t.FabricConfig.FABRIC_1D)
         try:
-            self.parent = t.open_mesh_device(mesh_shape=t.MeshShape(1, 2), l1_small_size=l1_small_size,
-                                             trace_region_size=trace_region_size,
-                                             num_command_queues=num_command_queues)
+            self.parent = t.open_mesh_device(
+                mesh_shape=t.MeshShape(1, 2),
+                l1_small_size=l1_small_size,
+                trace_region_size=trace_region_size,
+                num_command_queues=num_command_queues,
+            )
             if self.parent.get_num_devices() != 2:
                 raise DeviceError(f"TT-NN opened a mesh of {self.parent.get_num_devices()} chips for a 1 x 2 pair")
             self.submeshes = list(self.parent.create_submeshes(submesh_shape=t.MeshShape(1, 1)))
@@ -95,8 +100,14 @@ class TTNNPair:
     def upload(self, host: Any, placement: Placement, dtype: Any, layout: Any) -> list[Any]:
         """A torch CPU tensor placed on the pair by TT-NN's mapper: the chips' shards."""
         t = self.ttnn
-        mesh_t = t.from_torch(tensor=host, dtype=dtype, layout=layout, device=self.parent,
-                              memory_config=t.DRAM_MEMORY_CONFIG, mesh_mapper=self.mapper(placement))
+        mesh_t = t.from_torch(
+            tensor=host,
+            dtype=dtype,
+            layout=layout,
+            device=self.parent,
+            memory_config=t.DRAM_MEMORY_CONFIG,
+            mesh_mapper=self.mapper(placement),
+        )
         return list(t.get_device_tensors(tensor=mesh_t))
 
     def download(self, shards: Sequence[Any], placement: Placement) -> Any:
@@ -107,16 +118,21 @@ class TTNNPair:
         if isinstance(placement, Partial):
             raise DeviceError("a Partial tensor is all-reduced on the mesh before it is read")
         mesh_t = t.combine_device_tensors(tensors=list(shards))
-        return t.to_torch(tensor=mesh_t, mesh_composer=t.concat_mesh_to_tensor_composer(mesh_device=self.parent,
-                                                                                        dim=placement.dim))
+        return t.to_torch(
+            tensor=mesh_t, mesh_composer=t.concat_mesh_to_tensor_composer(mesh_device=self.parent, dim=placement.dim)
+        )
 
     # ---------------------------------------------------------------------------------------------- collectives
     def collective(self, kind: str, shards: Sequence[Any], dim: int | None = None) -> list[Any]:
         """TT-NN's ``all_gather`` / ``reduce_scatter`` / ``all_reduce`` over the chips' tensors: the results."""
         t = self.ttnn
         mesh_t = t.combine_device_tensors(tensors=list(shards))
-        common = {"cluster_axis": CLUSTER_AXIS, "num_links": NUM_LINKS, "topology": t.Topology.Linear,
-                  "memory_config": t.DRAM_MEMORY_CONFIG}
+        common = {
+            "cluster_axis": CLUSTER_AXIS,
+            "num_links": NUM_LINKS,
+            "topology": t.Topology.Linear,
+            "memory_config": t.DRAM_MEMORY_CONFIG,
+        }
         if kind == "all_gather":
             out = t.all_gather(input_tensor=mesh_t, dim=dim, **common)
         elif kind == "reduce_scatter":
@@ -139,8 +155,10 @@ def open_pair(chips: Sequence[int]) -> TTNNPair:
 
     already = [d.chip_id for d in hal.open_devices() if d.chip_id in chips]
     if already:
-        raise DeviceError(f"chip {already[0]} is open on its own, without the fabric; open the mesh before using "
-                          "its chips one by one (the fabric must be set before any of them opens)")
+        raise DeviceError(
+            f"chip {already[0]} is open on its own, without the fabric; open the mesh before using "
+            "its chips one by one (the fabric must be set before any of them opens)"
+        )
     ttnn, _ = tb.TTNNBackend._probe()
     pair = TTNNPair(ttnn, chips)
     subs = pair.open(tb.L1_SMALL_SIZE, tb.TRACE_REGION_SIZE, tb.NUM_COMMAND_QUEUES)

@@ -63,7 +63,6 @@ def declared_contract() -> tuple[list[str], dict[str, list[str]]]:
     """The backend's TT-NN names and keywords plus every op family module's (``TTNN_NAMES`` / ``TTNN_SIGNATURES``
     in each module that ``kohakutt.kernels.families`` imports), keywords of one callable united."""
     import kohakutt.kernels.families as families
-
     from kohakutt.mesh import ttnn_mesh
 
     modules = [tb, ttnn_mesh, *(m for m in vars(families).values() if isinstance(m, types.ModuleType))]

@@ -53,8 +53,7 @@ def test_all_reduce_rounds_each_chips_bf16_value_then_the_sum(mesh):
 def test_reduce_scatter(mesh):
     a = np.arange(10, dtype=np.float32).reshape(5, 2)
     temps = []
-    out = coll.reduce_scatter(_local(mesh, [a, 2 * a], Partial()), Sharded(0, (3, 2)), mesh, mesh.default_stream,
-                              temps)
+    out = coll.reduce_scatter(_local(mesh, [a, 2 * a], Partial()), Sharded(0, (3, 2)), mesh, mesh.default_stream, temps)
     np.testing.assert_array_equal(to_numpy(out.views[0]), 3 * a[:3])
     np.testing.assert_array_equal(to_numpy(out.views[1]), 3 * a[3:])
 

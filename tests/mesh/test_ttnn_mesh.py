@@ -28,7 +28,7 @@ class FakeTTNN:
     def __getattr__(self, name: str):
         return lambda *a, **kw: self._rec(name, **kw)
 
-    def MeshShape(self, *shape: int) -> tuple[int, ...]:  # noqa: N802 (TT-NN's name)
+    def MeshShape(self, *shape: int) -> tuple[int, ...]:
         return shape
 
     def open_mesh_device(self, **kw: object) -> object:
@@ -91,8 +91,14 @@ def test_mappers_composers_and_collectives():
     pair.download(["a", "b"], Sharded(0, (1, 1)))
     assert ("concat_mesh_to_tensor_composer", {"mesh_device": pair.parent, "dim": 0}) in fake.calls
     assert pair.collective("all_gather", ["a", "b"], 1) == ["out0", "out1"]
-    name, kw = [c for c in fake.calls if c[0] == "all_gather"][0]
-    assert kw == {"input_tensor": "combine_device_tensors", "dim": 1, "cluster_axis": 1, "num_links": 1,
-                  "topology": "Linear", "memory_config": "dram"}
+    _, kw = next(c for c in fake.calls if c[0] == "all_gather")
+    assert kw == {
+        "input_tensor": "combine_device_tensors",
+        "dim": 1,
+        "cluster_axis": 1,
+        "num_links": 1,
+        "topology": "Linear",
+        "memory_config": "dram",
+    }
     pair.collective("all_reduce", ["a", "b"])
-    assert "dim" not in [c for c in fake.calls if c[0] == "all_reduce"][0][1]
+    assert "dim" not in next(c for c in fake.calls if c[0] == "all_reduce")[1]

@@ -91,8 +91,9 @@ def mesh_device(index: int) -> mdev.MeshDevice:
         return _mesh  # type: ignore[return-value]
     s = slot()
     if s is not None and index == s:
-        raise DeviceError(f"tt:{index} is the mesh of chips 0 and 1, and it is not open: open it with "
-                          "kohakutt.mesh([0, 1])")
+        raise DeviceError(
+            f"tt:{index} is the mesh of chips 0 and 1, and it is not open: open it with kohakutt.mesh([0, 1])"
+        )
     raise DeviceError(f"tt:{index} is no mesh")
 
 
@@ -101,14 +102,22 @@ def current() -> mdev.MeshDevice | None:
 
 
 # ------------------------------------------------------------------------------------------------ storages
-def alloc(index: int, nbytes: int, dtype: torch.dtype | None = None, sizes: list[int] | None = None,
-          strides: list[int] | None = None) -> int:
+def alloc(
+    index: int,
+    nbytes: int,
+    dtype: torch.dtype | None = None,
+    sizes: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> int:
     """A new mesh storage of ``nbytes`` (laid out as a tensor of ``sizes`` and ``strides`` when given): its data
     pointer."""
     mesh = mesh_device(index)
     itemsize = dtype.itemsize if dtype is not None else 1
-    st = (MeshStorage(mesh, nbytes, itemsize, _phys(sizes, strides, nbytes, itemsize))
-          if sizes is not None else MeshStorage(mesh, nbytes, 1, None))
+    st = (
+        MeshStorage(mesh, nbytes, itemsize, _phys(sizes, strides, nbytes, itemsize))
+        if sizes is not None
+        else MeshStorage(mesh, nbytes, 1, None)
+    )
     with _lock:
         ptr = _next_ptr.get(index, (index + 1) << 48)
         _next_ptr[index] = ptr + -(-max(nbytes, 1) // 4096) * 4096 + 4096
@@ -299,8 +308,11 @@ def inherit(out: torch.Tensor, like: torch.Tensor) -> None:
     if a is None or b is None or a.storage.placement is not None:
         return
     src = b.storage
-    if isinstance(src.placement, Replicate | Sharded) and src.physical == a.storage.physical and \
-            src.itemsize == a.storage.itemsize:
+    if (
+        isinstance(src.placement, Replicate | Sharded)
+        and src.physical == a.storage.physical
+        and src.itemsize == a.storage.itemsize
+    ):
         a.storage.hint = src.placement
 
 
@@ -315,8 +327,9 @@ def _hint(placement_: Placement | None, shape: tuple[int, ...], mesh: mdev.MeshD
     return p
 
 
-def distribute(t: torch.Tensor, device: torch.device, placement_: Placement | str | None = None,
-               dtype: torch.dtype | None = None) -> torch.Tensor:
+def distribute(
+    t: torch.Tensor, device: torch.device, placement_: Placement | str | None = None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """``t`` (CPU, a chip, or the mesh) as a new mesh tensor placed ``placement_`` (a view-level placement of
     ``t``'s dims; None: the creation rule)."""
     mesh = mesh_device(device.index or 0)
@@ -352,8 +365,9 @@ def mark(module: torch.nn.Module, placements: dict[str, Placement | str]) -> tor
     own = dict(module.named_parameters(recurse=False)) | dict(module.named_buffers(recurse=False))
     unknown = [k for k in parsed if k != "*" and k not in own]
     if unknown:
-        raise PlacementError(f"{type(module).__name__} has no tensor named {unknown[0]!r}; its own tensors are "
-                             f"{sorted(own)}")
+        raise PlacementError(
+            f"{type(module).__name__} has no tensor named {unknown[0]!r}; its own tensors are {sorted(own)}"
+        )
     for name, p in parsed.items():
         targets = own.values() if name == "*" else [own[name]]
         for tt in targets:
@@ -376,8 +390,10 @@ def colwise(module: torch.nn.Module) -> torch.nn.Module:
         return mark(module, {"weight": Sharded(0)} | ({"bias": Sharded(0)} if module.bias is not None else {}))
     if kind == "embedding":
         return mark(module, {"weight": Sharded(1)})
-    raise PlacementError(f"colwise marks Linear, Embedding and convolution modules, not {type(module).__name__}; "
-                         "place its tensors with kohakutt.place(module, name='S(d)')")
+    raise PlacementError(
+        f"colwise marks Linear, Embedding and convolution modules, not {type(module).__name__}; "
+        "place its tensors with kohakutt.place(module, name='S(d)')"
+    )
 
 
 def rowwise(module: torch.nn.Module) -> torch.nn.Module:
@@ -386,8 +402,10 @@ def rowwise(module: torch.nn.Module) -> torch.nn.Module:
         return mark(module, {"weight": Sharded(1)} | ({"bias": Replicate()} if module.bias is not None else {}))
     if kind == "embedding":
         return mark(module, {"weight": Sharded(0)})
-    raise PlacementError(f"rowwise marks Linear, Embedding and convolution modules, not {type(module).__name__}; "
-                         "place its tensors with kohakutt.place(module, name='S(d)')")
+    raise PlacementError(
+        f"rowwise marks Linear, Embedding and convolution modules, not {type(module).__name__}; "
+        "place its tensors with kohakutt.place(module, name='S(d)')"
+    )
 
 
 def _replace(module: torch.nn.Module, device: torch.device) -> None:
@@ -401,8 +419,13 @@ def _replace(module: torch.nn.Module, device: torch.device) -> None:
     _apply(module, device, plan, None, recurse=False)
 
 
-def _apply(module: torch.nn.Module, device: torch.device, plan: dict[int, Placement | None],
-           dtype: torch.dtype | None, recurse: bool = True) -> None:
+def _apply(
+    module: torch.nn.Module,
+    device: torch.device,
+    plan: dict[int, Placement | None],
+    dtype: torch.dtype | None,
+    recurse: bool = True,
+) -> None:
     def fn(t: torch.Tensor) -> torch.Tensor:
         return distribute(t, device, plan.get(id(t)), dtype)
 
@@ -415,7 +438,9 @@ def _apply(module: torch.nn.Module, device: torch.device, plan: dict[int, Placem
             for p in module._parameters.values():
                 if p is not None:
                     where = plan.get(id(p))
-                    new = torch.nn.Parameter(distribute(p.detach(), device, where, dtype), requires_grad=p.requires_grad)
+                    new = torch.nn.Parameter(
+                        distribute(p.detach(), device, where, dtype), requires_grad=p.requires_grad
+                    )
                     if p.grad is not None:
                         new.grad = distribute(p.grad, device, where, dtype)
                     torch.utils.swap_tensors(p, new)
@@ -447,8 +472,15 @@ def mesh_stats() -> dict[str, Any]:
     (ops whose inputs were gathered for want of a rule) and the decision cache's hits and misses."""
     m = current()
     if m is None:
-        return {"collectives": {}, "bytes": {}, "total": 0, "total_bytes": 0, "fallbacks": {}, "ops": 0,
-                "decisions": {}}
+        return {
+            "collectives": {},
+            "bytes": {},
+            "total": 0,
+            "total_bytes": 0,
+            "fallbacks": {},
+            "ops": 0,
+            "decisions": {},
+        }
     return m.stats.snapshot() | {"chips": list(m.chip_ids), "device": f"tt:{m.index}"}
 
 
@@ -456,5 +488,3 @@ def reset_mesh_stats() -> None:
     m = current()
     if m is not None:
         m.stats.reset()
-
-

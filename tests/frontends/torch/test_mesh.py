@@ -106,8 +106,13 @@ def test_writes_through_views_land_in_the_base(mesh, placement):
     x = torch.randn(6, 10, generator=gen(4))
     m = put(x, mesh, placement)
     ref = x.clone()
-    for f, v in [(lambda t: t[:, 2:9], 1.5), (lambda t: t[1::2], -2.0), (lambda t: t.reshape(-1)[5:40], 3.0),
-                 (lambda t: t[:, 4], 7.0), (lambda t: t.t()[3], 0.25)]:
+    for f, v in [
+        (lambda t: t[:, 2:9], 1.5),
+        (lambda t: t[1::2], -2.0),
+        (lambda t: t.reshape(-1)[5:40], 3.0),
+        (lambda t: t[:, 4], 7.0),
+        (lambda t: t.t()[3], 0.25),
+    ]:
         f(m).add_(v)
         f(ref).add_(v)
         within(m.cpu(), ref, 1e-6, f"{placement}: base after an in-place write through a view")
@@ -122,8 +127,12 @@ def test_matmul_placements_and_values(mesh):
     b = torch.randn(48, 40, generator=gen(6))
     ref = a.double() @ b.double()
     one = (a.to("tt:0") @ b.to("tt:0")).cpu()
-    for pa, pb, out in [("S(0)", "R", Sharded(0, (32, 32))), ("R", "S(1)", Sharded(1, (20, 20))),
-                        ("S(1)", "S(0)", Partial()), ("R", "R", Sharded(0, (32, 32)))]:  # R @ R: a free split
+    for pa, pb, out in [
+        ("S(0)", "R", Sharded(0, (32, 32))),
+        ("R", "S(1)", Sharded(1, (20, 20))),
+        ("S(1)", "S(0)", Partial()),
+        ("R", "R", Sharded(0, (32, 32))),
+    ]:  # R @ R: a free split
         y = put(a, mesh, pa) @ put(b, mesh, pb)
         assert kohakutt.placement(y) == out, (pa, pb)
         within(y.cpu(), ref, 0.02 * ref.abs().max(), f"{pa} @ {pb} against float64")

@@ -106,8 +106,9 @@ def empty_like(
         memory_format=memory_format or torch.preserve_format,
     )
     target = torch.device(device) if device is not None else self.device
-    out = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=target,
-                              pin_memory=bool(pin_memory) and target.type == "cpu")
+    out = torch.empty_strided(
+        meta.shape, meta.stride(), dtype=meta.dtype, device=target, pin_memory=bool(pin_memory) and target.type == "cpu"
+    )
     if runtime.is_mesh(target.index) and self.device == target:
         from kohakutt.frontends.torch import mesh
 
@@ -190,8 +191,13 @@ def copy_device(dst: torch.Tensor, src: torch.Tensor) -> None:
         return
     if dst.numel() == 0:
         return
-    if (src.dtype == dst.dtype and src.shape == dst.shape and src.is_contiguous() and dst.is_contiguous()
-            and not runtime.is_mesh(index)):
+    if (
+        src.dtype == dst.dtype
+        and src.shape == dst.shape
+        and src.is_contiguous()
+        and dst.is_contiguous()
+        and not runtime.is_mesh(index)
+    ):
         sbuf, soff = runtime.buffer_of(src.untyped_storage().data_ptr())
         dbuf, doff = runtime.buffer_of(dst.untyped_storage().data_ptr())
         n = src.numel() * src.element_size()
