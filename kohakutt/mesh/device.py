@@ -8,7 +8,6 @@ chip's current stream; a collective queues one on each and they meet (``kohakutt
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -167,7 +166,7 @@ class MeshDevice:
         self._streams: dict[tuple[int, ...], MeshStream] = {}
         self._capture: MeshTrace | None = None
         self._closed = False
-        self.storages: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # live MeshStorages
+        self.storages: dict[int, Any] = {}  # id -> live MeshStorage (freed ones leave it, as a chip's buffers do)
 
     @property
     def size(self) -> int:
@@ -194,6 +193,11 @@ class MeshDevice:
 
     @property
     def current_stream(self) -> MeshStream:
+        for d in self.chips:
+            if d._current.stream is not None:
+                break
+        else:
+            return self.default_stream  # no chip has a stream of this thread's choosing: the common case
         streams = tuple(d.current_stream for d in self.chips)
         if streams == self.default_stream.streams:
             return self.default_stream

@@ -62,6 +62,10 @@ class MeshStorage:
             physical = (self.nbytes // itemsize,)
         self.itemsize = itemsize
         self.physical = tuple(int(n) for n in physical)
+        n = 1
+        for s in self.physical:
+            n *= s
+        self.numel = n
         self.layout = layout_
         self.hint = hint  # the placement a creation gives it (a mark, or the input of an empty_like)
         self.dtype: DType | None = None  # the element type last placed into it (a Partial sum needs it)
@@ -76,13 +80,6 @@ class MeshStorage:
         mesh.storages[self.id] = self
 
     # ---------------------------------------------------------------------------------------------- geometry
-    @property
-    def numel(self) -> int:
-        n = 1
-        for s in self.physical:
-            n *= s
-        return n
-
     def local_nbytes(self, placement: Placement, chip: int) -> int:
         if isinstance(placement, Sharded):
             return self.nbytes // max(self.physical[placement.dim], 1) * placement.sizes[chip]
@@ -167,8 +164,8 @@ class MeshStorage:
                 return None
             views = tuple(DeviceTensor(b, _local_spec(spec, p, c)) for c, b in enumerate(self.buffers))
             return Local(spec, p, views)
-        if not isinstance(p, Sharded) or spec.numel == 0:
-            views = tuple(DeviceTensor(b, spec, strides, offset) for b in self.buffers)
+        if p.__class__ is not Sharded or spec.numel == 0:
+            views = tuple(_view(b, spec, strides, offset) for b in self.buffers)
             return Local(spec, p if spec.numel or not isinstance(p, Sharded) else Replicate(), views)
         if spec.dtype.itemsize != self.itemsize:
             return None
@@ -176,7 +173,7 @@ class MeshStorage:
         if got is None:
             return None
         j, per = got
-        views = tuple(DeviceTensor(b, spec.with_(shape=shp), st, off) for b, (shp, st, off) in zip(self.buffers, per))
+        views = tuple(_view(b, spec.with_(shape=shp), st, off) for b, (shp, st, off) in zip(self.buffers, per))
         return Local(spec, Sharded(j, tuple(v.spec.shape[j] for v in views)), views)
 
     def same_kind_as(self, other: MeshStorage) -> bool:
@@ -193,6 +190,17 @@ class MeshStorage:
             f"MeshStorage(id={self.id}, {self.nbytes} B, physical={self.physical}, {self.placement or 'unplaced'}"
             f"{', ' + self._state if self._state != 'live' else ''})"
         )
+
+
+_new = object.__new__
+
+
+def _view(buf: Buffer, spec: TensorSpec, strides: tuple[int, ...], offset: int) -> DeviceTensor:
+    """``DeviceTensor(buf, spec, strides, offset)`` for a row-major view, without the constructor's checks (they hold
+    for every view a mesh storage hands out: row-major, no block floats)."""
+    t = _new(DeviceTensor)
+    t.buffer, t.spec, t.strides, t.offset = buf, spec, strides, offset
+    return t
 
 
 def _local_spec(spec: TensorSpec, p: Placement, chip: int) -> TensorSpec:
@@ -243,8 +251,11 @@ class MeshTensor:
 
     def local(self) -> Local | None:
         """Each chip's part (None when the view does not keep the storage's sharding)."""
-        self.storage.check_live("a mesh tensor")
-        return self.storage.localize(self.spec, self.strides, self.offset)
+        st = self.storage
+        if st._state != "live":
+            st.check_live("a mesh tensor")
+        got = st._views.get((self.spec, self.strides, self.offset), False)
+        return st.localize(self.spec, self.strides, self.offset) if got is False else got
 
     @property
     def placement(self) -> Placement | None:

@@ -293,6 +293,31 @@ def test_adamw_training_matches_one_chip(mesh):
         assert kohakutt.placement(st["exp_avg"]) == kohakutt.placement(p)
 
 
+def test_a_training_loop_on_the_mesh_does_not_grow(mesh):
+    from kohakutt.frontends.torch import runtime
+
+    model = _model(4).to(mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x = torch.randn(32, 64, generator=gen(22)).to(mesh)
+    held = []
+    for _ in range(4):
+        opt.zero_grad(set_to_none=False)
+        ((model(x) - x) ** 2).mean().backward()
+        opt.step()
+        torch.tt.synchronize(mesh)
+        runtime.drain_frees()
+        held.append([torch.tt.memory_allocated(c) for c in (0, 1)])
+    assert held[1] == held[2] == held[3]
+
+
+def test_a_second_mesh_or_a_lone_chip_is_refused(mesh, knobs):
+    with pytest.raises(kohakutt.DeviceError, match="two distinct chips"):
+        kohakutt.mesh([0, 0])
+    knobs(KTT_SIM_DEVICES="1")
+    with pytest.raises(kohakutt.DeviceError, match="KTT_SIM_DEVICES=2"):
+        kohakutt.mesh([0, 1])
+
+
 def test_cpu_and_save_give_whole_tensors(mesh):
     ref = _model(2)
     m = copy.deepcopy(ref).to(mesh)
