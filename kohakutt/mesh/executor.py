@@ -248,10 +248,17 @@ def run(
     ms = stream if isinstance(stream, MeshStream) else mesh.current_stream
     log: list | None = [] if plog.recording() else None
     temps: list[DeviceTensor] = []
+    n_in = len(inputs)
+    wants: list[Placement | None] = []
+    prefers: list[Placement | None] = []
+    for k, o in enumerate(out or ()):
+        w, pref = _constraint(o, ms, log, _name(n_in + k, n_in))
+        wants.append(w)
+        prefers.append(pref)
+    # outputs first: a storage a write makes replicated is read as such by the inputs that view it
     locs: list[Any] = []
     specs: list[Any] = []
     places: list[Placement | None] = []
-    n_in = len(inputs)
     for i, x in enumerate(inputs):
         if isinstance(x, MeshTensor):
             loc = _read(x, ms, temps, log, _name(i, n_in))
@@ -267,12 +274,6 @@ def run(
             locs.append(x)
             specs.append(ScalarSpec(x))
             places.append(None)
-    wants: list[Placement | None] = []
-    prefers: list[Placement | None] = []
-    for k, o in enumerate(out or ()):
-        w, pref = _constraint(o, ms, log, _name(n_in + k, n_in))
-        wants.append(w)
-        prefers.append(pref)
     n_out_hint = len(out) if out is not None else None
     dec, out_specs, bound = rules.decide(
         op,
