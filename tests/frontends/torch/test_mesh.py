@@ -318,6 +318,45 @@ def test_a_second_mesh_or_a_lone_chip_is_refused(mesh, knobs):
         kohakutt.mesh([0, 1])
 
 
+class _Attn(nn.Module):
+    def __init__(self, d=32, h=4):
+        super().__init__()
+        self.h = h
+        self.emb = kohakutt.colwise(nn.Embedding(50, d))
+        self.qkv = kohakutt.colwise(nn.Linear(d, 3 * d))
+        self.proj = kohakutt.rowwise(nn.Linear(d, d))
+        self.head = nn.Linear(d, 50)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4).unbind(0)
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.head(x + self.proj(a.transpose(1, 2).reshape(b, t, d)))
+
+
+@pytest.mark.parametrize("case", ["attention", "conv"])
+def test_other_models_train_as_on_one_chip(mesh, case):
+    torch.manual_seed(6)
+    if case == "attention":
+        ref = _Attn()
+        inp, tgt = torch.randint(0, 50, (4, 8), generator=gen(23)), torch.randint(0, 50, (4, 8), generator=gen(24))
+    else:
+        ref = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32, 10))
+        inp, tgt = torch.randn(8, 3, 4, 4, generator=gen(25)), torch.randint(0, 10, (8,), generator=gen(26))
+    got = {}
+    for dev in ("tt:0", mesh):
+        m = copy.deepcopy(ref).to(dev)
+        out = m(inp.to(dev))
+        loss = nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), tgt.to(dev).reshape(-1))
+        loss.backward()
+        got[str(dev)] = (loss.item(), [p.grad.cpu() for p in m.parameters()])
+    (l1, g1), (l2, g2) = got["tt:0"], got[str(mesh)]
+    assert abs(l1 - l2) <= 1e-5 * abs(l1)
+    for a, b in zip(g1, g2):
+        within(b, a, 1e-5 * a.abs().max() + 1e-7, f"{case} gradient")
+
+
 def test_cpu_and_save_give_whole_tensors(mesh):
     ref = _model(2)
     m = copy.deepcopy(ref).to(mesh)
