@@ -274,22 +274,11 @@ def run(
             locs.append(x)
             specs.append(ScalarSpec(x))
             places.append(None)
-    n_out_hint = len(out) if out is not None else None
-    dec, out_specs, bound = rules.decide(
-        op,
-        specs,
-        places,
-        attrs,
-        _pad(wants, n_out_hint, out),
-        _pad(prefers, n_out_hint, out),
-        mesh.size,
-        mesh.link,
-        mesh.stats,
-    )
-    if n_out_hint is None:
+    dec, out_specs, bound = rules.decide(op, specs, places, attrs, wants, prefers, mesh.size, mesh.link, mesh.stats)
+    if out is None:  # new outputs: nothing constrains them
         wants = [None] * len(out_specs)
         prefers = [None] * len(out_specs)
-    elif len(out_specs) != len(out):  # type: ignore[arg-type]
+    elif len(out_specs) != len(out):
         raise MeshError(f"{op} has {len(out_specs)} output(s), got {len(out)} out tensors")  # type: ignore[arg-type]
     for i, need in enumerate(dec.inputs):
         if need is not None and locs[i].placement != need:
@@ -360,10 +349,6 @@ def _settle(x: MeshTensor, ms: MeshStream, log: list | None, name: str) -> bool:
         return False
     make_replicated(st, ms, f"{name}: a Partial tensor is summed once, where it is first read", log)
     return True
-
-
-def _pad(xs: list, n: int | None, out: Any) -> list:
-    return xs if out is not None else []
 
 
 def _read(x: MeshTensor, ms: MeshStream, temps: list, log: list | None, name: str) -> Local:

@@ -786,6 +786,8 @@ def decide(
     d = irops.get(op)
     bound = d.bind_attrs(attrs)
     outs = d.infer(list(specs), bound)
+    n = len(outs)
+    wants, prefers = (list(wants) + [None] * n)[:n], (list(prefers) + [None] * n)[:n]
     ctx = Ctx(
         op,
         d,
