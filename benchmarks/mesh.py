@@ -262,14 +262,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
     parser.add_argument("--steps", type=int, default=2, help="timed training steps per case")
+    parser.add_argument("--dims", type=int, nargs="*", default=None, help="model widths (default 1024 4096)")
     parser.add_argument("--json", action="store_true", help="also print all figures as one JSON object, last line")
     args = parser.parse_args(argv)
     kohakutt.mesh([0, 1])
     tokens = 64 if args.quick else 512
-    dims = (64, 128) if args.quick else (1024, 4096)
+    dims = args.dims or ((64, 128) if args.quick else (1024, 4096))
+    models = []
+    for d in dims:
+        models.append(model_case(d, tokens, max(1, args.steps), f64_train=d <= 1024))
+        print(f"# d={d}: {json.dumps(models[-1])}", file=sys.stderr, flush=True)  # a long run's progress
     report = {"cpus": os.cpu_count(), "load_average": os.getloadavg()[0], "torch": torch.__version__,
-              "tokens": tokens, "models": [model_case(d, tokens, max(1, args.steps), f64_train=d <= 1024)
-                                           for d in dims]}  # fmt: skip
+              "tokens": tokens, "models": models}  # fmt: skip
     report["host"] = host_case(50 if args.quick else 200, 2 if args.quick else 7)
     report["memory"] = memory_case(4, 1024) if args.quick else memory_case(20, 32768)
     print(table(report))
