@@ -217,7 +217,7 @@ def all_gather(x: Local, mesh: MeshDevice, stream: MeshStream, temps: list) -> L
         return [np.concatenate([v[0] for v in values], axis=dim)]
 
     shard = max(_bytes(v.spec) for v in x.views)
-    est = mesh.link.transfer_ns(shard) + _bytes(x.spec) / mesh.card.dram_bytes_per_s * 1e9
+    est = _streamed_ns(mesh, shard, _bytes(x.spec))
     _queue("all_gather", mesh, stream, x.views, outs, combine, est, dim)
     mesh.stats.count("all_gather", shard)
     return Local(x.spec, Replicate(), tuple(outs))
@@ -236,7 +236,7 @@ def all_reduce(x: Local, mesh: MeshDevice, stream: MeshStream, temps: list) -> L
         return [acc]
 
     nb = _bytes(x.spec)
-    est = 2 * mesh.link.transfer_ns(nb / 2) + 3 * nb / mesh.card.dram_bytes_per_s * 1e9
+    est = _streamed_ns(mesh, nb / 2, 3 * nb / 2) + _streamed_ns(mesh, nb / 2, nb)  # reduce-scatter, all-gather
     _queue("all_reduce", mesh, stream, x.views, outs, combine, est)
     mesh.stats.count("all_reduce", nb)
     return Local(x.spec, Replicate(), tuple(outs))
@@ -258,10 +258,17 @@ def reduce_scatter(x: Local, target: Sharded, mesh: MeshDevice, stream: MeshStre
         return [acc]
 
     part = max(_bytes(sp) for sp in specs)
-    est = mesh.link.transfer_ns(part) + 3 * part / mesh.card.dram_bytes_per_s * 1e9
+    est = _streamed_ns(mesh, part, 3 * part)
     _queue("reduce_scatter", mesh, stream, x.views, outs, combine, est, dim)
     mesh.stats.count("reduce_scatter", part)
     return Local(x.spec, target, tuple(outs))
+
+
+def _streamed_ns(mesh: MeshDevice, link_bytes: float, dram_bytes: float) -> float:
+    """A collective step's time: the link's latency, then its bytes over the link and through each chip's DRAM at
+    once (TT-NN's collectives stream pages from the Ethernet cores into DRAM as they arrive), the slower of the two."""
+    link = mesh.link
+    return (link.latency_s + max(link_bytes / link.bytes_per_s, dram_bytes / mesh.card.dram_bytes_per_s)) * 1e9
 
 
 def _shard_spec(spec: TensorSpec, p: Sharded, chip: int) -> TensorSpec:
