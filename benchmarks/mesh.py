@@ -165,6 +165,32 @@ def _gated_us(streams: list, fn, n: int) -> float:
     return cpu / n * 1e6
 
 
+def replay_host_ms(dev: torch.device, d: int, replays: int) -> float:
+    """Host cost (calling thread's CPU, ms) of queueing one replay of a captured two-block training step."""
+    torch.manual_seed(0)
+    m = nn.Sequential(Block(d), Block(d)).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    x, y = torch.randn(64, d).to(dev), torch.randn(64, d).to(dev)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad(set_to_none=False)
+        loss = ((m(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    rep = kohakutt.capture(step, x, y, warmup=2)
+    rep(x, y)
+    torch.tt.synchronize(dev)
+    c0 = time.thread_time()
+    for _ in range(replays):
+        rep(x, y)
+    cpu = time.thread_time() - c0
+    torch.tt.synchronize(dev)
+    rep.release()
+    return cpu / replays * 1e3
+
+
 def host_case(ops: int, rounds: int) -> dict:
     mesh = kohakutt.mesh([0, 1])
     one = [runtime.device(0).default_stream]
@@ -186,6 +212,9 @@ def host_case(ops: int, rounds: int) -> dict:
                      "mesh_us": statistics.median(y for _, y in rows),
                      "ratio": statistics.median(y / x for x, y in rows), "target": HOST_TARGET}  # fmt: skip
         out[name]["met"] = out[name]["ratio"] <= HOST_TARGET
+    one = replay_host_ms(torch.device("tt", 0), 64, max(3, rounds))
+    two = replay_host_ms(mesh, 64, max(3, rounds))
+    out["captured_step_replay"] = {"one_chip_ms": one, "mesh_ms": two, "ratio": two / one}
     return out
 
 
@@ -238,13 +267,21 @@ def table(r: dict) -> str:
                 f"{two[kind + '_card_ms']:>10.3f}{sp:>9.2f}x{tgt:>9}{two[kind + '_collectives']:>13.0f}"
                 f"{two[kind + '_collective_bytes'] / 2**20:>8.2f}{one[err[0]]:>14.2e}{two[err[1]]:>12.2e}"
             )
+    rep = r["host"].get("captured_step_replay")
+    if rep:
+        lines.append(
+            f"host cost of one replay of a captured two-block step (d=64): one chip {rep['one_chip_ms']:.3f} ms, "
+            f"mesh {rep['mesh_ms']:.3f} ms ({rep['ratio']:.2f}x)"
+        )
     for name, h in r["host"].items():
+        if name == "captured_step_replay":
+            continue
         lines.append(
             f"host cost {name}: one chip {h['one_chip_us']:.1f} us, mesh {h['mesh_us']:.1f} us "
             f"({h['placement']}): {h['ratio']:.2f}x (target <= {h['target']}, {'met' if h['met'] else 'NOT met'})"
         )
-    m = r["memory"]
-    for how in ("replicated", "sharded"):
+    m = r.get("memory")
+    for how in ("replicated", "sharded") if m else ():
         v = m[how]
         got = (
             f"{', '.join(_size(b) for b in v['per_chip_bytes'])} per chip"
@@ -264,19 +301,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
     parser.add_argument("--steps", type=int, default=2, help="timed training steps per case")
     parser.add_argument("--dims", type=int, nargs="*", default=None, help="model widths (default 1024 4096)")
+    parser.add_argument("--parts", default="models,host,memory", help="which parts to run (comma-separated)")
     parser.add_argument("--json", action="store_true", help="also print all figures as one JSON object, last line")
     args = parser.parse_args(argv)
     kohakutt.mesh([0, 1])
     tokens = 64 if args.quick else 512
     dims = args.dims or ((64, 128) if args.quick else (1024, 4096))
+    parts = set(args.parts.split(","))
     models = []
-    for d in dims:
+    for d in dims if "models" in parts else ():
         models.append(model_case(d, tokens, max(1, args.steps), f64_train=d <= 1024))
         print(f"# d={d}: {json.dumps(models[-1])}", file=sys.stderr, flush=True)  # a long run's progress
     report = {"cpus": os.cpu_count(), "load_average": os.getloadavg()[0], "torch": torch.__version__,
               "tokens": tokens, "models": models}  # fmt: skip
-    report["host"] = host_case(50 if args.quick else 200, 2 if args.quick else 7)
-    report["memory"] = memory_case(4, 1024) if args.quick else memory_case(20, 32768)
+    report["host"] = host_case(50 if args.quick else 200, 2 if args.quick else 7) if "host" in parts else {}
+    if "memory" in parts:
+        report["memory"] = memory_case(4, 1024) if args.quick else memory_case(20, 32768)
     print(table(report))
     if args.json:
         print(json.dumps(report))
