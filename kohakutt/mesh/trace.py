@@ -28,6 +28,7 @@ class MeshTrace:
         self.traces: list[Trace] = []  # one per chip, in chip order
         self.owned: list[MeshStorage] = []  # mesh storages made while capturing
         self._ended = False
+        self._draws: list[list[tuple[int, int]]] | None = None  # each chip's random draws (fixed once recorded)
 
     @property
     def commands(self) -> list[Command]:
@@ -78,7 +79,9 @@ class MeshTrace:
                 )
             for c, (a, b) in enumerate(zip(old.buffers, new.buffers)):
                 per_chip[c][a] = b
-        draws = [runner.random_draws(t.commands) for t in self.traces]
+        if self._draws is None:
+            self._draws = [runner.random_draws(t.commands) for t in self.traces]
+        draws = self._draws
         chip_args: list[dict[int, Mapping[str, Any]]] = [dict(args or {})] + [{} for _ in self.traces[1:]]
         for c in range(1, len(self.traces)):
             if len(draws[c]) != len(draws[0]):
