@@ -33,6 +33,15 @@ if ! "$venv/bin/python" -c 'import torch, sys; v = tuple(int(x) for x in torch._
 fi
 echo "setup: installing kohakutt and its dev and tinygrad extras"
 "${pip[@]}" install -e ".[dev,tinygrad]"
+# Hugging Face transformers and accelerate for tests/integration; both depend on torch, so the installed torch is
+# pinned (a resolver free to upgrade it could pull a multi-GB CUDA build).
+torch_version=$("$venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')
+constraints=$(mktemp)
+trap 'rm -f "$constraints"' EXIT
+echo "torch==$torch_version" >"$constraints"
+echo "setup: installing transformers and accelerate (torch pinned at $torch_version)"
+"${pip[@]}" install -c "$constraints" "transformers==5.25.0" "accelerate==1.16.0"
+"$venv/bin/python" -c "import sys, torch; v = torch.__version__.split('+')[0]; sys.exit(0 if v == '$torch_version' else f'setup: torch moved to {torch.__version__}')"
 # tinygrad's CPU device (the reference of the KTT benchmark and of make conformance-tinygrad) compiles with clang.
 if ! command -v clang >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -40,5 +49,19 @@ if ! command -v clang >/dev/null 2>&1; then
     apt-get install -y -q clang >/dev/null || echo "setup: apt-get install clang failed; install clang yourself" >&2
   else
     echo "setup: no clang: tinygrad's CPU device (the KTT benchmark's reference) needs it: sudo apt-get install clang" >&2
+  fi
+fi
+# The kernel compile check (tests/ttnn/test_kernel_check.py) replays TT-Metal's JIT commands with clang for riscv32
+# over Debian's bare-metal newlib / libstdc++ headers; clang-format checks the kernels' formatting.
+need=()
+[ -f /usr/include/newlib/stdint.h ] || need+=(libnewlib-dev)
+ls -d /usr/include/newlib/c++/* >/dev/null 2>&1 || need+=(libstdc++-arm-none-eabi-newlib)
+command -v clang-format >/dev/null 2>&1 || need+=(clang-format)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing ${need[*]} (the kernel compile check)"
+    apt-get install -y -q "${need[@]}" >/dev/null || echo "setup: apt-get install ${need[*]} failed; the kernel compile check will skip" >&2
+  else
+    echo "setup: the kernel compile check needs ${need[*]}: sudo apt-get install ${need[*]}" >&2
   fi
 fi
