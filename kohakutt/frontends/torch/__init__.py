@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import sys
 import threading
 import warnings
 from collections import Counter
@@ -181,7 +182,8 @@ def _keep_parameters_on_conversion() -> None:
         @functools.wraps(method)
         def run(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
             target = device_of(args, kwargs)
-            if target is not None and method.__name__ == "to" and runtime.is_mesh(torch.device(target).index):
+            rt = sys.modules.get("kohakutt.frontends.torch.runtime")  # loaded once a chip (or the mesh) is used
+            if target is not None and method.__name__ == "to" and rt and rt.is_mesh(torch.device(target).index):
                 from kohakutt.frontends.torch import mesh
 
                 _, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
