@@ -14,11 +14,12 @@ from kohakutt.mesh import Local, Partial, Replicate, Sharded, open_mesh
 from kohakutt.mesh import collectives as coll
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def mesh():
     m = open_mesh((0, 1))
     yield m
     m.synchronize()
+    m.close()  # the chips' references go back: later tests open and close chips themselves
 
 
 def _local(mesh, parts, placement, dtype="float32"):

@@ -21,7 +21,10 @@ from kohakutt.mesh import rules as mrules
 
 @pytest.fixture(scope="module")
 def mesh():
-    return kohakutt.mesh([0, 1])
+    dev = kohakutt.mesh([0, 1])
+    yield dev
+    torch.tt.synchronize(dev)
+    tmesh.current().close()  # the chips' references go back: later tests close and reopen chips themselves
 
 
 def tf32(x, dim):
