@@ -14,6 +14,7 @@ from typing import Any
 
 from kohakutt.errors import KohakuTTError
 from kohakutt.ir.dtypes import DType
+from kohakutt.ir.numerics import UNSET, Numerics
 from kohakutt.ir.ops import ScalarSpec, TensorSpec
 from kohakutt.kernels import runner
 from kohakutt.kernels.tensor import DeviceTensor
@@ -241,8 +242,10 @@ def run(
     out: Sequence[MeshTensor] | None = None,
     device: Any = None,
     stream: Any = None,
+    defaults: Numerics = UNSET,
 ) -> list[MeshTensor]:
-    """Queue IR op ``op`` on mesh tensors (and Python numbers); return its outputs (``out`` when given)."""
+    """Queue IR op ``op`` on mesh tensors (and Python numbers); return its outputs (``out`` when given).
+    ``defaults``: the calling frontend's numerics settings, passed to each chip's op (as ``kernels.run`` takes them)."""
     mesh = _mesh_of(inputs, out, device)
     mesh.check_open(op)
     ms = stream if isinstance(stream, MeshStream) else mesh.current_stream
@@ -302,7 +305,7 @@ def run(
         d = dec.inputs[0].dim  # type: ignore[union-attr]
         kept = [o.with_(shape=(*o.shape[:d], mesh.size, *o.shape[d + 1 :])) for o in kept]  # one per chip on d
         firsts = [_stage_out(mesh, ms, o, p, temps) for o, p in zip(kept, computed)]
-        _run_programs(mesh, ms, ((stage,),) * mesh.size, locs, firsts, seed=None)
+        _run_programs(mesh, ms, ((stage,),) * mesh.size, locs, firsts, seed=None, defaults=defaults)
         locs = [
             convert(f, Replicate(), mesh, ms, temps, f"{op} partial result", log, "two-stage reduction") for f in firsts
         ]
@@ -312,15 +315,14 @@ def run(
     seed = None
     if dec.random:
         seed = runner.mesh_seed(mesh.chips[0], sum(s.numel for s in out_specs))
-    _run_programs(
-        mesh, ms, programs or ((rules.Step(op, bound, tuple(range(len(locs)))),),) * mesh.size, locs, writes, seed=seed
-    )
+    whole = ((rules.Step(op, bound, tuple(range(len(locs)))),),) * mesh.size
+    _run_programs(mesh, ms, programs or whole, locs, writes, seed=seed, defaults=defaults)
     for k, (got, tgt) in enumerate(zip(writes, targets)):
         if tgt is not None and got.placement != tgt.placement:
             conv = convert(
                 got, tgt.placement, mesh, ms, temps, _name(n_in + k, n_in), log, "into the output's placement"
             )
-            _copy_into(mesh, ms, conv, tgt)
+            _copy_into(mesh, ms, conv, tgt, defaults)
     for t in temps:
         t.buffer.device.free(t.buffer, ms.streams[mesh.chips.index(t.buffer.device)])
     mesh.stats.ops += 1
@@ -452,6 +454,7 @@ def _run_programs(
     locs: list,
     writes: list[Local],
     seed: tuple[int, int] | None,
+    defaults: Numerics = UNSET,
 ) -> None:
     for c, dev in enumerate(mesh.chips):
         outs = [w.views[c] for w in writes]
@@ -471,7 +474,16 @@ def _run_programs(
                 else:
                     args.append(a[1])
             last = n == len(prog) - 1
-            res = runner.run(step.op, args, step.attrs, out=outs if last else None, device=dev, stream=s, seed=seed)
+            res = runner.run(
+                step.op,
+                args,
+                step.attrs,
+                out=outs if last else None,
+                device=dev,
+                stream=s,
+                seed=seed,
+                defaults=defaults,
+            )
             if not last:
                 made.append(res[0] if len(res) == 1 else res)
         for m in made:
@@ -479,7 +491,7 @@ def _run_programs(
                 dev.free(m.buffer, s)
 
 
-def _copy_into(mesh: MeshDevice, ms: MeshStream, src: Local, dst: Local) -> None:
+def _copy_into(mesh: MeshDevice, ms: MeshStream, src: Local, dst: Local, defaults: Numerics = UNSET) -> None:
     for c, dev in enumerate(mesh.chips):
         if dst.views[c].spec.numel:
-            runner.run("copy", [src.views[c]], out=[dst.views[c]], device=dev, stream=ms.streams[c])
+            runner.run("copy", [src.views[c]], out=[dst.views[c]], device=dev, stream=ms.streams[c], defaults=defaults)
