@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/mlp_training.py
 	$(PY) benchmarks/precision.py
 	$(PY) benchmarks/capture.py
+	$(PY) benchmarks/mesh.py
 	$(PY) benchmarks/sim_kernels.py
 	$(PY) benchmarks/tinygrad_training.py
 	$(PY) benchmarks/import_time.py

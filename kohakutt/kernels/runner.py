@@ -187,13 +187,16 @@ def _plan(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None, spec
 
 def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None, *,
         out: Sequence[DeviceTensor] | None = None, device: Device | None = None, stream: Stream | None = None,
-        provider: str | None = None, defaults: Numerics = UNSET) -> list[DeviceTensor]:
+        provider: str | None = None, defaults: Numerics = UNSET,
+        seed: tuple[int, int] | None = None) -> list[DeviceTensor]:
     """Queue IR op ``op`` on ``inputs``; return its outputs (``out`` when given, written with a cast to their dtype).
 
     ``defaults``: the calling frontend's numerics settings (its framework's precision knobs), which fill what the
     open ``numerics`` scopes leave unset, before the op family's defaults.
     An op with no implementation on the device's backend runs its decomposition; without one it raises
-    :class:`KohakuTTUnsupportedOperator`."""
+    :class:`KohakuTTUnsupportedOperator`. Operands on a mesh (``kohakutt.mesh.MeshTensor``) run on the mesh.
+    ``seed`` fixes a random op's (seed, offset) instead of taking the chip stream's next block (the mesh draws once
+    for both chips)."""
     dev = device
     if dev is None:
         for x in inputs:
@@ -201,8 +204,14 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
                 dev = x.buffer.device
                 break
         else:
-            if out:
+            if out and isinstance(out[0], DeviceTensor):
                 dev = out[0].buffer.device
+    if dev is None or dev.__class__ is not Device:
+        from kohakutt.mesh import executor as mesh_run
+
+        if dev is not None or any(isinstance(x, mesh_run.MeshTensor) for x in (*inputs, *(out or ()))):
+            return mesh_run.run(op, inputs, attrs, out=out, device=dev, stream=stream,  # type: ignore[arg-type]
+                                defaults=defaults)
     specs = [x.spec if isinstance(x, DeviceTensor) else ScalarSpec(x) for x in inputs]
     plan, key = _lookup(_signature(op, inputs, attrs, dev, provider, defaults) if dev is not None else None)
     if plan is not None and plan.card is dev.card and irops.OPS.get(op) is plan.opdef:  # type: ignore[union-attr]
@@ -237,7 +246,9 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
         kwargs["in_specs"], kwargs["out_specs"] = _as_float32(specs), _as_float32(out_specs)
     if impl.random:
         take = getattr(_source, "take", None)
-        if take is None:
+        if seed is not None:
+            kwargs["seed"], kwargs["draws"] = seed, plan.draws
+        elif take is None:
             kwargs["seed"], kwargs["draws"] = _next_seed(dev, plan.draws), plan.draws
         else:
             if (stream or dev.current_stream).capturing is not None:
@@ -246,6 +257,12 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
             kwargs["seed"] = take(_blocks(plan.draws))
     dev.enqueue(Command(op, _execute, buffers, kwargs, plan.estimate_ns), stream)
     return outs
+
+
+def mesh_seed(device: Device, draws: int) -> tuple[int, int]:
+    """The (seed, offset) a mesh op draws ``draws`` numbers at, from ``device``'s stream (the mesh's first chip):
+    every chip of the mesh draws the same numbers."""
+    return _next_seed(device, draws)
 
 
 def random_draws(commands: Sequence[Command]) -> list[tuple[int, int]]:

@@ -65,8 +65,9 @@ def declared_contract() -> tuple[list[str], dict[str, list[str]]]:
     """The backend's TT-NN names and keywords plus every op family module's (``TTNN_NAMES`` / ``TTNN_SIGNATURES``
     in each module that ``kohakutt.kernels.families`` imports), keywords of one callable united."""
     import kohakutt.kernels.families as families
+    from kohakutt.mesh import ttnn_mesh
 
-    modules = [tb, *(m for m in vars(families).values() if isinstance(m, types.ModuleType))]
+    modules = [tb, ttnn_mesh, *(m for m in vars(families).values() if isinstance(m, types.ModuleType))]
     names: dict[str, None] = {}
     signatures: dict[str, list[str]] = {}
     for m in modules:
@@ -85,8 +86,10 @@ def contract(ttnn_python: Path) -> dict:
 def test_every_op_family_declares_its_ttnn_names():
     names, _ = declared_contract()
     from kohakutt.kernels import fused
+    from kohakutt.mesh import ttnn_mesh
 
     assert set(fused.TTNN_NAMES) <= set(names) and "experimental.rotary_embedding_llama" in names
+    assert set(ttnn_mesh.TTNN_NAMES) <= set(names) and "set_fabric_config" in names
 
 
 # ------------------------------------------------------------------------------------------- the contract itself

@@ -283,6 +283,12 @@ class TTNNBackend(Backend):
     # ---------------------------------------------------------------------------------------------- lifetime
     def open(self) -> None:
         ttnn, _ = self._probe()
+        from kohakutt.mesh.ttnn_mesh import SUBMESHES
+
+        sub = SUBMESHES.pop(self.chip_id, None)
+        if sub is not None:  # a chip of a mesh: its 1 x 1 submesh (the mesh opened it, fabric first)
+            self.device, self.ttnn = sub, ttnn
+            return
         try:
             self.device = ttnn.open_device(
                 device_id=self.chip_id,

@@ -33,7 +33,7 @@ from kohakutt.frontends.torch.tensors import FROM_IR
 from kohakutt.ir import ops as irops
 from kohakutt.ir.defs.conv import CONV_ATTRS, conv_geometry
 from kohakutt.ir.dtypes import DType
-from kohakutt.ir.ops import ScalarSpec, Spec
+from kohakutt.ir.ops import ScalarSpec, Spec, TensorSpec
 from kohakutt.kernels import registry as kreg
 from kohakutt.kernels.conv import ttnn_supports
 
@@ -111,7 +111,8 @@ class Card:
 
 
 def _spec(x: Any) -> Spec:
-    return x.spec if isinstance(x, kk.DeviceTensor) else ScalarSpec(x)
+    spec = getattr(x, "spec", None)  # a device tensor, or a mesh tensor (kohakutt.mesh)
+    return spec if isinstance(spec, TensorSpec) else ScalarSpec(x)
 
 
 def _torch_dtype(dt: DType) -> torch.dtype:
