@@ -10,6 +10,7 @@ which torch calls before it makes a tensor on tt; :func:`install` runs it on req
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import itertools
 import threading
@@ -75,31 +76,32 @@ def register() -> None:
         _keep_parameters_on_conversion()
         try:
             lib = native.load_cached()
+            if lib is not None:
+                global _first_calls
+                _first_calls = native.hal_table(lib, _first_call_handlers())  # kept alive for the process
+                lib.ktt_torch_install(ctypes.byref(_first_calls))  # the glue's allocator, guard and hooks answer now
         except Exception:
-            lib = None
-        if lib is not None:
-            lib.ktt_torch_install(_first_call_cb)  # the glue's allocator, guard and hooks answer from now on
+            pass
         _registered = True
 
 
-def _first_call(op: int, a: int, b: int, c: int, d: int) -> int:
-    """The glue's callback until the device is initialised: a device count is answered here; anything else (an
-    allocation, a generator's state) initialises the device, which routes the glue to the HAL, and goes there."""
-    try:
-        if op == native.DEVICE_COUNT:
-            return tt_module.device_count()
-        install()
-        from kohakutt.frontends.torch import runtime
-
-        return runtime._entry(op, a, b, c, d)
-    except BaseException as e:  # never let an exception cross into C++: hand it over as a message
-        lib = native.loaded()
-        if lib is not None:
-            lib.ktt_torch_set_error(f"{type(e).__name__}: {e}".encode("utf-8", "replace"))
-        return 0
+_first_calls: Any = None
 
 
-_first_call_cb = native.CALLBACK(_first_call)  # kept alive for the process
+def _first_call_handlers() -> dict[str, Callable[..., Any]]:
+    """The glue's entry points until the device is initialised: a device count is answered here; any other request
+    (an allocation, a generator's state) initialises the device, which routes the glue to the HAL, and goes there."""
+
+    def first(name: str) -> Callable[..., Any]:
+        def entry(*args: Any) -> Any:
+            install()
+            from kohakutt.frontends.torch import runtime
+
+            return runtime.HANDLERS[name](*args)
+
+        return entry
+
+    return {name: first(name) for name in native.hal_entry_points()} | {"device_count": tt_module.device_count}
 
 
 def install() -> None:
