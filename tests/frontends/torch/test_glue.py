@@ -1,0 +1,51 @@
+"""The torch glue's typed entry points (ktt_torch_hal): each request reaches the HAL with its own types, and an error
+raised in Python comes back through C++ as torch's error, with the message, leaving the device usable."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kohakutt.frontends.torch import native, runtime
+
+PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1, which torch.Stream takes as a number
+
+
+def test_every_entry_point_has_a_handler():
+    assert set(runtime.HANDLERS) == set(native.hal_entry_points())
+
+
+def test_an_error_in_an_entry_point_reaches_python_with_its_message():
+    bogus = torch.Stream(stream_id=12345, device_index=0, device_type=PRIVATEUSE1)
+    with pytest.raises(RuntimeError, match=r"DeviceError: tt:0 has no stream 12345; make streams with torch.tt.Stream"):
+        bogus.synchronize()
+    with pytest.raises(RuntimeError, match="has no stream 12345"):
+        bogus.query()
+    x = torch.arange(4.0, device="tt")  # the device is still usable
+    assert torch.equal((x + 1).cpu(), torch.arange(4.0) + 1)
+
+
+def test_memory_statistics_through_the_glue_are_the_hals():
+    keep = torch.ones(1000, device="tt")
+    torch.tt.synchronize()
+    hal = runtime.device(0).memory_stats()
+    glue = torch.accelerator.memory_stats()  # the glue's allocator: one memory_stats request fills all six figures
+    assert glue["allocated_bytes.all.current"] == hal["allocated_bytes"] >= keep.numel() * 4
+    assert glue["allocated_bytes.all.peak"] == hal["peak_allocated_bytes"]
+    assert glue["reserved_bytes.all.current"] == hal["reserved_bytes"]
+    assert glue["reserved_bytes.all.peak"] == hal["peak_reserved_bytes"]
+    free, total = torch.accelerator.get_memory_info()
+    assert (free, total) == (hal["dram.free_bytes"], hal["dram.capacity_bytes"])
+
+
+def test_a_default_generator_takes_the_full_64_bit_seed_range():
+    for seed in (0, 2**63 - 1, 2**63, 2**64 - 1):
+        torch.tt.manual_seed(seed)
+        g = torch.tt.default_generators[0]
+        assert torch.tt.initial_seed() == seed and g.initial_seed() == seed
+        g.set_offset(2**63 + 3)
+        assert g.get_offset() == 2**63 + 3
+        state = g.get_state()
+        assert int.from_bytes(bytes(state[:8].tolist()), "little") == seed
+        assert int.from_bytes(bytes(state[8:].tolist()), "little") == 2**63 + 3
+    torch.tt.manual_seed(0)
