@@ -62,6 +62,7 @@ def test_the_torch_glue_boundary_reads_as_cffi_reads_it():
         for a, b in zip(sig.argtypes, fn.args, strict=True):
             assert _same(a, _from_cffi(ffi, b)), name
     import torch  # noqa: F401  (the glue is built against it)
+
     from kohakutt.frontends.torch import native as glue
 
     lib = ffi.dlopen(glue.load()._name)  # cffi types a declared function through a library that has it
@@ -124,7 +125,7 @@ def test_missing_compilers_say_which_knob_to_set(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("PATH", "")
     with pytest.raises(native.NativeBuildError, match=r"install g\+\+.*KTT_CXX"):
         native.find_compiler("c++")
-    with pytest.raises(native.NativeBuildError, match="install gcc.*KTT_CC"):
+    with pytest.raises(native.NativeBuildError, match=r"install gcc.*KTT_CC"):
         native.find_compiler("c")
 
 
@@ -133,6 +134,7 @@ def test_the_built_glue_exports_exactly_the_boundarys_functions():
     import subprocess
 
     import torch  # noqa: F401  (the glue is built against it)
+
     from kohakutt.frontends.torch import native as glue
 
     if shutil.which("nm") is None:
