@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kohakutt import config
+from kohakutt import config, plugins
 from kohakutt.errors import BackendUnavailable, BufferUseError, DeviceError, FormatError, TraceError
 from kohakutt.hal.allocator import Allocator
 from kohakutt.hal.backends.base import Backend
@@ -90,9 +90,7 @@ def open_device(chip: int = 0) -> Device:
             raise BackendUnavailable(f"could not open chip {chip} with the {name} backend ({why}): {e}") from e
         dev = Device(chip, backend, why)
         _devices[chip] = dev
-    from kohakutt.plugins import plugin_manager
-
-    plugin_manager().hook.ktt_device_opened(device=dev)
+    plugins.device_opened(dev)
     return dev
 
 
@@ -146,8 +144,6 @@ class Device:
 
     def close(self) -> None:
         """Drop one reference; the last one synchronizes, frees every buffer and closes the chip."""
-        from kohakutt.plugins import plugin_manager
-
         with _lock:
             if self._closed:
                 return
@@ -157,16 +153,18 @@ class Device:
             try:
                 self.synchronize()
             finally:
-                plugin_manager().hook.ktt_device_closing(device=self)
-                for s in self._streams:
-                    s.close()
-                for buf in list(self._live.values()):
-                    self._release(buf)
-                for blk in self._cache.take_all():
-                    self._release_block(blk)
-                self.backend.close()
-                self._closed = True
-                _devices.pop(self.chip_id, None)
+                try:
+                    plugins.device_closing(self)
+                finally:  # a frontend's failing hook still lets the chip close
+                    for s in self._streams:
+                        s.close()
+                    for buf in list(self._live.values()):
+                        self._release(buf)
+                    for blk in self._cache.take_all():
+                        self._release_block(blk)
+                    self.backend.close()
+                    self._closed = True
+                    _devices.pop(self.chip_id, None)
 
     def __enter__(self) -> Device:
         return self
@@ -203,8 +201,6 @@ class Device:
     def synchronize(self) -> None:
         """Wait for every stream, then for the chip itself (the backend's own queues); raise the first queued error,
         naming its command."""
-        from kohakutt.plugins import plugin_manager
-
         errors = []
         for s in self._streams:
             try:
@@ -218,7 +214,7 @@ class Device:
                 errors.append(e)
         if errors:
             raise errors[0]
-        plugin_manager().hook.ktt_device_synchronized(device=self)
+        plugins.device_synchronized(self)
 
     # ------------------------------------------------------------------------------------------------ buffers
     def allocate(self, nbytes: int | None = None, *, shape: tuple[int, ...] | None = None,
