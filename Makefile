@@ -21,13 +21,17 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	KTT_TTNN_PYTHON=$(abspath $(TTNN_VENV))/bin/python $(PY) -m pytest -q -m "not conformance" $(PYTEST_ARGS)
 
+KERNEL_CPP = $(shell find kohakutt/kernels/programs tests/hal/kernels -name '*.cpp' -o -name '*.h')
+
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	clang-format --style=file --dry-run --Werror $(KERNEL_CPP)
 
 format: $(STAMP)
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
+	clang-format --style=file -i $(KERNEL_CPP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/host_transfer.py

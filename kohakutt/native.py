@@ -19,6 +19,7 @@ computed at ``import torch``.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import re
@@ -76,7 +77,12 @@ def find_compiler(language: str, override: str | None = None) -> list[str]:
 
 def compiler_id(compiler: list[str]) -> str:
     """What identifies ``compiler`` in a cache key without starting it: the command, and the resolved executable's
-    path, size and time stamp (an upgrade changes them)."""
+    path, size and time stamp (an upgrade changes them). Looked up once per process."""
+    return _compiler_id(tuple(compiler))
+
+
+@functools.cache
+def _compiler_id(compiler: tuple[str, ...]) -> str:
     exe = shutil.which(compiler[0]) or compiler[0]
     try:
         real = os.path.realpath(exe)

@@ -126,6 +126,7 @@ def test_the_hal_opens_a_card_through_ttnn(fake, dev):
     info = dev.describe()
     assert (info["backend"], info["arch"], info["compute_grid"], info["simulated"]) == ("ttnn", "blackhole", "11x10",
                                                                                           False)  # fmt: skip
+    assert dev.card.grid == (11, 10)  # the grid the chip reports, not the card spec's (13 x 10)
 
 
 def test_values_round_trip_through_device_tensors(dev):

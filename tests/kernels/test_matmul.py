@@ -270,8 +270,8 @@ def test_estimate_scales_with_fidelity_and_size(dev):
     specs = [TensorSpec((2048, 2048), DType.BFLOAT16)] * 2
     out = irops.infer("matmul", specs)
     est = [impl.estimate(specs, out, {}, Numerics(f, False, False), dev.card) for f in Fidelity]
-    assert est == sorted(est) and est[3] > 2 * est[0]  # LoFi is DRAM-bound here, HiFi4 compute-bound
-    assert est[1] == pytest.approx(matmul_ns(1, 2048, 2048, 2048, Fidelity.HiFi2, dev.card))
+    assert est == sorted(est) and est[3] > 1.5 * est[0]  # LoFi is DRAM-bound here, HiFi4 compute-bound
+    assert est[2] == pytest.approx(matmul_ns(1, 2048, 2048, 2048, Fidelity.HiFi3, dev.card))  # compute-bound
     small = impl.estimate(
         [TensorSpec((32, 32), DType.BFLOAT16)] * 2, [TensorSpec((32, 32), DType.BFLOAT16)], {}, Numerics(), dev.card
     )

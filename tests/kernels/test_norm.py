@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from sim_modes import sim_kernels
 
 from kohakutt import hal, numerics
 from kohakutt import kernels as kk
@@ -220,11 +221,14 @@ def test_program_matches_fast_path_bit_for_bit(dev, rows, width, rms, fused, gam
     w = stored(rng.standard_normal(width)) if gamma else None
     b = stored(rng.standard_normal(width)) if beta else None
     cfg = NormConfig(width, 1e-5, rms, fused, gamma, beta, True, Fidelity.of(fid), fmt, fmt, fmt, fmt, fmt)
-    got = run_rowwise_program(dev, cfg, x, r, w, b)
+    got = run_rowwise_program(dev, cfg, x, r, w, b)  # from the kernels' C++
+    with sim_kernels("python"):
+        twin = run_rowwise_program(dev, cfg, x, r, w, b)
     want = rowwise_model(x, r, w, b, cfg)
     assert sorted(got) == sorted(want) == sorted(n for n in cfg.tensors if n in ("y", "s", "mean", "rstd"))
     for name in got:
         assert np.array_equal(got[name], want[name]), name
+        assert np.array_equal(got[name].view(np.uint32), twin[name].view(np.uint32)), f"{name}: C++ != twin"
 
 
 def test_registered_kernel_is_the_program(dev):

@@ -9,6 +9,7 @@ collectives, compute kernel configs), is listed in :data:`TTNN_NAMES`; the keywo
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import os
 import sys
@@ -21,6 +22,7 @@ import numpy as np
 
 from kohakutt.errors import BackendUnavailable, BufferUseError, DeviceError, FormatError
 from kohakutt.hal.backends.base import Backend
+from kohakutt.hal.card import P150A, CardSpec
 from kohakutt.hal.layout import TILE, Format, Layout, MemoryKind
 from kohakutt.hal.layout import nbytes as layout_nbytes
 
@@ -54,8 +56,9 @@ TTNN_NAMES: tuple[str, ...] = (
     "typecast", "to_layout", "to_memory_config",
     # programs
     "generic_op", "ProgramDescriptor", "KernelDescriptor", "KernelDescriptor.SourceType.SOURCE_CODE",
-    "CBDescriptor", "CBFormatDescriptor", "SemaphoreDescriptor", "ReaderConfigDescriptor", "WriterConfigDescriptor",
-    "ComputeConfigDescriptor", "DataMovementConfigDescriptor", "TensorAccessorArgs",
+    "KernelDescriptor.SourceType.FILE_PATH", "CBDescriptor", "CBFormatDescriptor", "SemaphoreDescriptor",
+    "ReaderConfigDescriptor", "WriterConfigDescriptor", "ComputeConfigDescriptor", "DataMovementConfigDescriptor",
+    "TensorAccessorArgs",
     "TensorAccessorArgs.get_compile_time_args", "RuntimeArgs", "CoreCoord", "CoreRange", "CoreRangeSet",
     # numerics
     "MathFidelity.LoFi", "MathFidelity.HiFi2", "MathFidelity.HiFi3", "MathFidelity.HiFi4",
@@ -291,6 +294,14 @@ class TTNNBackend(Backend):
                 f"ttnn {_version(ttnn)} could not open chip {self.chip_id}: {_first_lines(e)}"
             ) from None
         self.ttnn = ttnn
+
+    def card(self) -> CardSpec:
+        """The P150A's figures with the compute grid the device reports (13 x 10 on a P150 with TT-NN 0.81.1)."""
+        try:
+            grid = self.device.compute_with_storage_grid_size()
+            return dataclasses.replace(P150A, grid=(int(grid.x), int(grid.y)))
+        except Exception:
+            return P150A
 
     def close(self) -> None:
         if self.device is not None:
