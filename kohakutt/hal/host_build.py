@@ -24,8 +24,8 @@ from typing import Any
 import cffi
 
 from kohakutt import config
-from kohakutt.errors import ProgramError
 from kohakutt import native as builder
+from kohakutt.errors import ProgramError
 from kohakutt.hal import _native
 
 API_DIR = _native.NATIVE_DIR / "kernel_api"
