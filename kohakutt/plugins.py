@@ -137,10 +137,13 @@ def frontends() -> list[str]:
 def frontend_info() -> list[dict[str, Any]]:
     """What each registered frontend reports about itself (``ktt_frontend_info``), with the distribution it was
     installed from (``None`` for one registered by hand)."""
-    pm = plugin_manager()
     out = []
-    for impl in pm.hook.ktt_frontend_info.get_hookimpls():
-        info = dict(impl.function())
+    for impl in plugin_manager().hook.ktt_frontend_info.get_hookimpls():
+        try:
+            info = dict(impl.function())
+        except Exception as e:  # one broken frontend does not hide the others
+            info = {"name": impl.plugin_name, "error": f"{type(e).__name__}: {e}"}
+        info.setdefault("name", impl.plugin_name)
         info["distribution"] = _distributions.get(impl.plugin_name)
         out.append(info)
     return out

@@ -159,6 +159,18 @@ def record_stream(ptr: int, index: int, sid: int) -> None:
         _used_on.setdefault(ptr, set()).add(s)
 
 
+def forget_device(index: int) -> None:
+    """Chip ``index`` is closing (the torch plugin's ``ktt_device_closing``): its streams go, so a stream made before
+    raises when used ("has no stream") and the current stream falls back to the reopened chip's default one. The
+    storages' entries stay, so a tensor that outlived the chip says so. Takes no lock: the HAL holds its own here."""
+    for key in [k for k in list(_streams) if k[0] == index]:
+        stream = _streams.pop(key, None)
+        if stream is not None:
+            _stream_ids.pop(id(stream), None)
+    _devices.pop(index, None)
+    _accumulated.pop(index, None)
+
+
 def empty_cache() -> None:
     """Release the cached blocks of every open chip (``torch.tt.empty_cache``), the storages torch let go of first."""
     drain_frees()

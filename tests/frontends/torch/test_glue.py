@@ -49,3 +49,21 @@ def test_a_default_generator_takes_the_full_64_bit_seed_range():
         assert int.from_bytes(bytes(state[:8].tolist()), "little") == seed
         assert int.from_bytes(bytes(state[8:].tolist()), "little") == 2**63 + 3
     torch.tt.manual_seed(0)
+
+
+def test_a_stream_dies_with_its_chip_and_the_chip_reopens():
+    """The torch frontend's plugin hears the chip close (ktt_device_closing) and forgets its streams."""
+    s = torch.tt.Stream(device="tt:1")
+    with torch.tt.stream(s):
+        x = torch.ones(3, device="tt:1") * 2
+    s.synchronize()
+    runtime.device(1).close()
+    with pytest.raises(RuntimeError, match=r"tt:1 has no stream \d+; make streams with torch.tt.Stream"):
+        s.synchronize()
+    del x
+    y = torch.arange(3.0, device="tt:1")  # reopens the chip, with its default stream
+    assert torch.equal((y + 1).cpu(), torch.arange(3.0) + 1)
+    with torch.tt.stream(torch.tt.Stream(device="tt:1")):
+        z = y * 3
+    torch.tt.synchronize(1)
+    assert torch.equal(z.cpu(), torch.arange(3.0) * 3)
