@@ -11,8 +11,6 @@ which torch calls before it makes a tensor on tt; :func:`install` runs it on req
 from __future__ import annotations
 
 import ctypes
-import functools
-import itertools
 import threading
 import warnings
 from collections import Counter
@@ -73,7 +71,6 @@ def register() -> None:
         if not hasattr(torch.Tensor, "is_tt"):
             torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
         _install_printing()
-        _keep_parameters_on_conversion()
         try:
             lib = native.load_cached()
             if lib is not None:
@@ -140,7 +137,12 @@ def decomposes(name: str) -> bool:
 
 def _install_printing() -> None:
     """Print tt tensors from one host copy: torch's printer otherwise runs dozens of small ops per tensor on the
-    device (one host read per element, and float64 casts the card cannot hold)."""
+    device (one host read per element, and float64 casts the card cannot hold).
+
+    A patch of ``torch._tensor_str._str``, because torch has no public hook for it: its printer copies a tensor to
+    the CPU first only for a fixed list of device types (``xla``, ``lazy``, ``ipu``, ``mtia``), which a PrivateUse1
+    device cannot join. ``tests/frontends/torch/test_library_hooks.py`` fails when torch changes what this relies on
+    (the names, the ``tensor_contents`` argument) or grows a way to do without it."""
     from torch import _tensor_str as ts
 
     original = ts._str
@@ -159,45 +161,3 @@ def _install_printing() -> None:
 
     _str._ktt = True  # type: ignore[attr-defined]
     ts._str = _str
-
-
-def _keep_parameters_on_conversion() -> None:
-    """Keep a module's parameter objects when it moves to or from tt, so tied weights stay tied and an optimizer
-    made before the move still holds the module's parameters.
-
-    PyTorch replaces every parameter by a new one when old and new tensors are of "incompatible" types, judged by a
-    list of built-in devices that tt is not on: ``.to("tt")`` would untie shared weights. Within ``Module.to``,
-    ``.tt`` and ``.cpu`` involving tt, parameters are swapped in place instead (PyTorch's own
-    ``swap_module_params_on_conversion`` path, as it plans to do by default)."""
-    module = torch.nn.Module
-    if getattr(module.to, "_ktt", False):
-        return
-    future = torch.__future__
-
-    def involves_tt(m: torch.nn.Module, device: Any) -> bool:
-        if device is not None and torch.device(device).type == "tt":
-            return True
-        return any(t.device.type == "tt" for t in itertools.chain(m.parameters(), m.buffers()))
-
-    def wrap(method: Callable[..., Any], device_of: Callable[[tuple, dict], Any]) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def run(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if future.get_swap_module_params_on_conversion() or not involves_tt(self, device_of(args, kwargs)):
-                return method(self, *args, **kwargs)
-            future.set_swap_module_params_on_conversion(True)
-            try:
-                return method(self, *args, **kwargs)
-            except RuntimeError as e:
-                if "swap" not in str(e):
-                    raise
-                warnings.warn(f"{e}: converting with new parameter objects instead (tied weights untie)", stacklevel=2)
-            finally:
-                future.set_swap_module_params_on_conversion(False)
-            return method(self, *args, **kwargs)
-
-        run._ktt = True  # type: ignore[attr-defined]
-        return run
-
-    module.to = wrap(module.to, lambda a, k: torch._C._nn._parse_to(*a, **k)[0])  # type: ignore[method-assign]
-    module.cpu = wrap(module.cpu, lambda a, k: None)  # type: ignore[method-assign]
-    module.tt = wrap(module.tt, lambda a, k: "tt")  # type: ignore[attr-defined]
