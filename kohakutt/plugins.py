@@ -72,23 +72,24 @@ class FrontendSpec:
 
 
 _lock = threading.RLock()
-_pm: pluggy.PluginManager | None = None
+_pm: pluggy.PluginManager | None = None  # set before the entry points load (a loading plugin may ask for it)
+_ready: pluggy.PluginManager | None = None  # set once they have: the lock-free path
 _distributions: dict[str, str] = {}  # plugin name -> "distribution version" it came from
 _ops_registered = False
 
 
 def plugin_manager() -> pluggy.PluginManager:
     """The process's plugin manager, with the installed frontends' entry points loaded once."""
-    pm = _pm
+    pm = _ready
     if pm is not None:
         return pm
     return _create()
 
 
 def _create() -> pluggy.PluginManager:
-    global _pm
-    with _lock:
-        if _pm is not None:
+    global _pm, _ready
+    with _lock:  # another thread waits here while the entry points load
+        if _pm is not None:  # loaded, or being loaded by this thread
             return _pm
         pm = pluggy.PluginManager(PROJECT)
         pm.add_hookspecs(FrontendSpec)
@@ -110,6 +111,7 @@ def _create() -> pluggy.PluginManager:
                 continue
             if ep.dist is not None:
                 _distributions[ep.name] = f"{ep.dist.name} {ep.dist.version}"
+        _ready = pm
         return pm
 
 
