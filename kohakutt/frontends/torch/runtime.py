@@ -242,33 +242,49 @@ def _event_block(handle: int, index: int, sid: int) -> None:
         stream_by_id(index, sid).wait_event(ev)
 
 
+def _event_query(handle: int) -> int:
+    ev = _events.get(handle)
+    return int(ev is None or ev.query())
+
+
 def _event_synchronize(handle: int) -> None:
     ev = _events.get(handle)
     if ev is not None:
         ev.synchronize()
 
 
+def _event_destroy(handle: int) -> None:
+    _events.pop(handle, None)
+
+
 def _generator_get(index: int, state: Any) -> None:
-    """A chip's default generator reads the chip's random stream: (seed, offset)."""
+    """A chip's default generator reads the chip's random stream: ``state`` gets (seed, offset)."""
     state[0], state[1] = runner.rng_state(index)
 
 
+def _generator_set(index: int, seed: int, offset: int) -> None:
+    runner.set_rng_state(index, (seed, offset))
+
+
 def _drained(fn: Any) -> Any:
+    """``fn``, after handing the storages torch let go of back to their chips (every request does that first)."""
+
     def entry(*args: Any) -> Any:
-        if _lib.ktt_torch_pending_frees():  # storages torch let go of go back to their chips first
+        if _lib.ktt_torch_pending_frees():
             drain_frees()
         return fn(*args)
 
-    entry.__name__ = fn.__name__
     return entry
 
 
-# The glue's entry points (``ktt_torch_hal`` in native/torch/ktt_torch.h), concern by concern.
+# The glue's entry points (``ktt_torch_hal`` in native/torch/ktt_torch.h) by name, concern by concern.
 HANDLERS = {
     name: _drained(fn)
     for name, fn in {
+        # devices
         "device_count": lambda: hal.device_count(),
         "device_synchronize": lambda index: device(index).synchronize(),
+        # the allocator
         "alloc": _alloc,
         "copy": _copy,
         "empty_cache": empty_cache,
@@ -276,17 +292,20 @@ HANDLERS = {
         "reset_peak": lambda index: device(index).allocator.reset_peak(),
         "reset_accumulated": _reset_accumulated,
         "memory_info": _memory_info,
+        # streams
         "stream_new": new_stream,
         "stream_query": lambda index, sid: int(stream_by_id(index, sid).query()),
         "stream_synchronize": lambda index, sid: stream_by_id(index, sid).synchronize(),
+        # events
         "event_record": _event_record,
         "event_block": _event_block,
-        "event_query": lambda handle: int(handle not in _events or _events[handle].query()),
+        "event_query": _event_query,
         "event_synchronize": _event_synchronize,
-        "event_destroy": lambda handle: _events.pop(handle, None) and None,
+        "event_destroy": _event_destroy,
         "event_elapsed_ms": elapsed_ms,
+        # generators
         "generator_get": _generator_get,
-        "generator_set": lambda index, seed, offset: runner.set_rng_state(index, (seed, offset)),
+        "generator_set": _generator_set,
     }.items()
 }
 
