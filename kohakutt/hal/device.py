@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kohakutt import config, plugins
+from kohakutt import config
 from kohakutt.errors import BackendUnavailable, BufferUseError, DeviceError, FormatError, TraceError
 from kohakutt.hal.allocator import Allocator
 from kohakutt.hal.backends.base import Backend
@@ -90,6 +90,8 @@ def open_device(chip: int = 0) -> Device:
             raise BackendUnavailable(f"could not open chip {chip} with the {name} backend ({why}): {e}") from e
         dev = Device(chip, backend, why, backend.card())
         _devices[chip] = dev
+    from kohakutt import plugins  # here, not at the top: a bare hal (the TT-NN venv's drivers) needs no pluggy
+
     plugins.device_opened(dev)
     return dev
 
@@ -144,6 +146,8 @@ class Device:
 
     def close(self) -> None:
         """Drop one reference; the last one synchronizes, frees every buffer and closes the chip."""
+        from kohakutt import plugins
+
         with _lock:
             if self._closed:
                 return
@@ -201,6 +205,8 @@ class Device:
     def synchronize(self) -> None:
         """Wait for every stream, then for the chip itself (the backend's own queues); raise the first queued error,
         naming its command."""
+        from kohakutt import plugins
+
         errors = []
         for s in self._streams:
             try:

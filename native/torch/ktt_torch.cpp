@@ -118,6 +118,16 @@ struct TTAllocator final : public c10::DeviceAllocator {
 
 TTAllocator g_allocator;
 
+// Memory on tt:<index> whatever the current device (the allocator allocates on the current one).
+c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes) {
+  struct Restore {
+    c10::DeviceIndex prev;
+    ~Restore() { g_device = prev; }
+  } restore{g_device};
+  if (index >= 0) g_device = index;
+  return g_allocator.allocate(nbytes);
+}
+
 // "Pinned" host memory: ordinary CPU memory, remembered so that is_pinned() answers true for it.
 std::mutex g_pinned_mu;
 std::unordered_set<const void*> g_pinned;
@@ -322,7 +332,7 @@ struct TTHooks final : public at::PrivateUse1HooksInterface {
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     auto* impl = storage.unsafeGetStorageImpl();
     size_t old = impl->nbytes();
-    c10::DataPtr fresh = g_allocator.allocate(newsize);
+    c10::DataPtr fresh = allocate_on(impl->device().index(), newsize);  // the storage's device, not the current one
     size_t keep = std::min(old, newsize);
     if (keep && impl->data()) g_allocator.copy_data(fresh.get(), impl->data(), keep);
     impl->set_data_ptr_noswap(std::move(fresh));

@@ -1,5 +1,6 @@
 """The torch glue's typed entry points (ktt_torch_hal): each request reaches the HAL with its own types, and an error
-raised in Python comes back through C++ as torch's error, with the message, leaving the device usable."""
+raised in Python comes back through C++ as torch's error, with the message, leaving the device usable. Also what the
+glue does with devices: streams die with their chip, storages resize on their own device."""
 
 from __future__ import annotations
 
@@ -67,3 +68,24 @@ def test_a_stream_dies_with_its_chip_and_the_chip_reopens():
         z = y * 3
     torch.tt.synchronize(1)
     assert torch.equal(z.cpu(), torch.arange(3.0) * 3)
+
+
+def test_a_resized_storage_stays_on_its_device():
+    """Growing a tt:1 storage (arange, resize_, out= arguments) allocates on tt:1 whatever the current device."""
+    assert torch.tt.current_device() == 0
+    assert torch.equal(torch.arange(5.0, device="tt:1").cpu(), torch.arange(5.0))
+    t = torch.ones(2, device="tt:1")
+    t.resize_(6)
+    t[2:] = 3.0
+    assert t.device == torch.device("tt", 1) and torch.equal(t[2:].cpu(), torch.full((4,), 3.0))
+    assert torch.tt.current_device() == 0
+
+
+def test_a_stream_context_on_another_device_restores_the_current_device():
+    s = torch.tt.Stream(device="tt:1")
+    with torch.tt.stream(s):
+        assert torch.tt.current_device() == 1 and torch.tt.current_stream(1) == s
+        x = torch.ones(2, device="tt:1") + 1
+    assert torch.tt.current_device() == 0 and torch.tt.current_stream(1) != s
+    s.synchronize()
+    assert torch.equal(x.cpu(), torch.full((2,), 2.0))
