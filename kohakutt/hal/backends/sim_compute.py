@@ -36,7 +36,8 @@ MVMUL_K = 16  # products one MVMUL sums in FP32 before adding them to DST
 def cut(x: np.ndarray, bits: int) -> np.ndarray:
     """``x`` (float32) keeping only its top ``bits`` significant bits (implicit one included), truncating."""
     mask = np.uint32((0xFFFFFFFF << (24 - bits)) & 0xFFFFFFFF)
-    return (np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & mask).view(np.float32)
+    a = np.asarray(x, dtype=np.float32)  # (np.ascontiguousarray would make a 0-d array 1-d)
+    return ((a if a.flags.c_contiguous else a.copy()).view(np.uint32) & mask).view(np.float32)
 
 
 def source_register(x: np.ndarray, fp32_acc: bool) -> np.ndarray:
