@@ -421,8 +421,18 @@ def info_report() -> dict[str, Any]:
         "devices": devices,
         "figures": card_figures(),
         "note": backend["note"],
+        "frontends": frontend_facts(),
         "ok": count > 0 and all("error" not in d or NOT_YET in d["error"] for d in devices),
     }
+
+
+def frontend_facts() -> list[dict[str, Any]]:
+    """The frontends found through the ``kohakutt.frontends`` entry points (and any registered by hand), each as it
+    describes itself (``ktt_frontend_info``)."""
+    from kohakutt import plugins
+
+    infos = {i["name"]: i for i in plugins.frontend_info()}
+    return [infos.get(name, {"name": name}) for name in sorted(set(plugins.frontends()) | set(infos))]
 
 
 _SHOWN = {"backend", "chip", "card", "name", "grid", "cores", "l1_per_core", "l1_bytes", "dram_bytes", "dram_banks"}
@@ -455,7 +465,10 @@ def render_info(r: dict[str, Any]) -> str:
     lines = [f"kohakutt {r['version']}", f"backend  {r['backend']}: {r['reason']}", f"devices  {r['device_count']}"]
     if not r["devices"]:
         lines.append("  none found: check the card's driver (/dev/tenstorrent), or unset KTT_BACKEND for the sim")
-    return "\n".join(lines + [f"  {_device_line(d, r['figures'])}" for d in r["devices"]])
+    lines += [f"  {_device_line(d, r['figures'])}" for d in r["devices"]]
+    fronts = [f"{f['name']} ({f.get('framework', '?')} {f.get('version') or 'not installed'}, "
+              f"device {f.get('device', '?')!r})" for f in r["frontends"]]  # fmt: skip
+    return "\n".join([*lines, f"frontends  {', '.join(fronts) or 'none'}"])
 
 
 # ---------------------------------------------------------------------------------------------------------- main

@@ -214,8 +214,9 @@ def test_info_one_line_per_device(env, capsys):
     assert lines[0] == "kohakutt 0.1.0"
     assert lines[1].startswith("backend  sim:")
     assert lines[2] == "devices  2"
-    assert [line.split()[0] for line in lines[3:]] == ["tt:0", "tt:1"]
+    assert [line.split()[0] for line in lines[3:-1]] == ["tt:0", "tt:1"]
     assert "Blackhole P150A" in lines[3]
+    assert lines[-1].startswith("frontends  ") and "torch (torch " in lines[-1] and "device 'KTT'" in lines[-1]
 
 
 def test_info_json(env, capsys):
@@ -226,6 +227,9 @@ def test_info_json(env, capsys):
     assert report["backend"] == "sim" and report["device_count"] == 1
     assert [d["device"] for d in report["devices"]] == ["tt:0"]
     assert report["devices"][0]["describe"]["backend"] == "sim"
+    fronts = {f["name"]: f for f in report["frontends"]}
+    assert fronts["torch"]["device"] == "tt" and fronts["tinygrad"]["device"] == "KTT"
+    assert fronts["torch"]["distribution"].startswith("kohakutt ")  # found through the package's entry points
 
 
 def test_info_bad_knob_is_a_typed_error(env, capsys):

@@ -90,9 +90,9 @@ def open_device(chip: int = 0) -> Device:
             raise BackendUnavailable(f"could not open chip {chip} with the {name} backend ({why}): {e}") from e
         dev = Device(chip, backend, why, backend.card())
         _devices[chip] = dev
-    from kohakutt.plugins import plugin_manager
+    from kohakutt import plugins  # here, not at the top: a bare hal (the TT-NN venv's drivers) needs no pluggy
 
-    plugin_manager().hook.ktt_device_opened(device=dev)
+    plugins.device_opened(dev)
     return dev
 
 
@@ -146,7 +146,7 @@ class Device:
 
     def close(self) -> None:
         """Drop one reference; the last one synchronizes, frees every buffer and closes the chip."""
-        from kohakutt.plugins import plugin_manager
+        from kohakutt import plugins
 
         with _lock:
             if self._closed:
@@ -157,16 +157,18 @@ class Device:
             try:
                 self.synchronize()
             finally:
-                plugin_manager().hook.ktt_device_closing(device=self)
-                for s in self._streams:
-                    s.close()
-                for buf in list(self._live.values()):
-                    self._release(buf)
-                for blk in self._cache.take_all():
-                    self._release_block(blk)
-                self.backend.close()
-                self._closed = True
-                _devices.pop(self.chip_id, None)
+                try:
+                    plugins.device_closing(self)
+                finally:  # a frontend's failing hook still lets the chip close
+                    for s in self._streams:
+                        s.close()
+                    for buf in list(self._live.values()):
+                        self._release(buf)
+                    for blk in self._cache.take_all():
+                        self._release_block(blk)
+                    self.backend.close()
+                    self._closed = True
+                    _devices.pop(self.chip_id, None)
 
     def __enter__(self) -> Device:
         return self
@@ -203,7 +205,7 @@ class Device:
     def synchronize(self) -> None:
         """Wait for every stream, then for the chip itself (the backend's own queues); raise the first queued error,
         naming its command."""
-        from kohakutt.plugins import plugin_manager
+        from kohakutt import plugins
 
         errors = []
         for s in self._streams:
@@ -218,7 +220,7 @@ class Device:
                 errors.append(e)
         if errors:
             raise errors[0]
-        plugin_manager().hook.ktt_device_synchronized(device=self)
+        plugins.device_synchronized(self)
 
     # ------------------------------------------------------------------------------------------------ buffers
     def allocate(self, nbytes: int | None = None, *, shape: tuple[int, ...] | None = None,

@@ -24,6 +24,7 @@ from typing import Any
 import cffi
 
 from kohakutt import config
+from kohakutt import native as builder
 from kohakutt.errors import ProgramError
 from kohakutt.hal import _native
 
@@ -86,7 +87,7 @@ def _source_key() -> str:
 
 
 def _compilers() -> tuple[list[str], list[str]]:
-    return _native.find_compiler(config.get("KTT_CC")), _native.find_cxx(config.get("KTT_CXX"))
+    return _native.find_compiler(config.get("KTT_CC")), builder.find_compiler("c++", config.get("KTT_CXX"))
 
 
 def sim_key() -> str:
@@ -94,7 +95,7 @@ def sim_key() -> str:
     cc, cxx = _compilers()
     h = hashlib.sha256(_source_key().encode())
     for comp in (cc, cxx):
-        h.update("\0".join([*comp, _native.compiler_version(tuple(comp))]).encode())
+        h.update("\0".join([*comp, builder.compiler_id(comp)]).encode())
     h.update("\0".join([*_native.CFLAGS, *CXXFLAGS]).encode())
     return h.hexdigest()[:20]
 
@@ -124,9 +125,9 @@ def sim_library() -> SimLibrary:
         cmds.append([*cxx, "-shared", "-pthread", f"-Wl,-soname,{name}", "-o", tmp, *objects, "-lm"])
         return cmds
 
-    path = _native.build_cached(root / name, commands, "the simulator's host kernel API core")
+    path = builder.build_cached(root / name, commands, "the simulator's host kernel API core")
     ffi = cffi.FFI()
-    ffi.cdef(_native.cdef_block(SIM_HEADER))
+    ffi.cdef(builder.cdef_block(SIM_HEADER))
     try:
         handle = ffi.dlopen(str(path))
     except OSError as e:
@@ -235,7 +236,7 @@ def build_kernel(spec: KernelSpec) -> KernelBinary:
                  str(src), f"-L{sim.path.parent}", f"-l:{sim.path.name}", f"-Wl,-rpath,{sim.path.parent}"]]  # fmt: skip
 
     try:
-        path = _native.build_cached(target, commands, f"kernel {spec.name!r}")
+        path = builder.build_cached(target, commands, f"kernel {spec.name!r}")
     except _native.NativeBuildError as e:
         raise KernelBuildError(explain(spec, getattr(e, "stderr", "") or str(e))) from None
     ffi = cffi.FFI()

@@ -7,7 +7,7 @@ provider wins where both exist.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +16,9 @@ import numpy as np
 from kohakutt import config
 from kohakutt.errors import KohakuTTError
 from kohakutt.hal.card import CardSpec
+from kohakutt.ir import ops as irops
 from kohakutt.ir.numerics import Numerics
-from kohakutt.ir.ops import Spec, TensorSpec
+from kohakutt.ir.ops import Infer, OpDef, Spec, TensorSpec
 
 PROVIDERS = ("ttnn", "ktt")
 
@@ -104,6 +105,27 @@ def providers(op: str, backend: str) -> list[str]:
     return [p for p in PROVIDERS if (op, backend, p) in IMPLS]
 
 
+class OpRegistry:
+    """What a frontend plugin's ``ktt_register_ops`` hook receives: the op registry, to add IR ops of its own and
+    their implementations to (``kohakutt.plugins``)."""
+
+    def define(self, name: str, family: str, inputs: Sequence[str], infer: Infer, **kw: Any) -> OpDef:
+        """Define IR op ``name`` (see :func:`kohakutt.ir.ops.define`: ``attrs``, ``numerics``, ``decomposition``,
+        ``doc``, ``outputs``)."""
+        return irops.define(name, family, inputs, infer, **kw)
+
+    def implement(
+        self, op: str, backend: str = "sim", provider: str = "ttnn", **kw: Any
+    ) -> Callable[[Callable], Callable]:
+        """Decorator: the implementation of ``op`` on ``backend`` for ``provider`` (see :func:`register`; a ``sim``
+        implementation takes a :class:`SimCall` and returns the output values)."""
+        return register(op, backend, provider, **kw)
+
+    def defined(self, name: str) -> bool:
+        """Whether IR op ``name`` exists."""
+        return name in irops.all_ops()
+
+
 _loaded = False
 
 
@@ -112,3 +134,6 @@ def _load() -> None:
     if not _loaded:
         _loaded = True
         import kohakutt.kernels.families  # noqa: F401  (each family registers its implementations at import)
+        from kohakutt import plugins
+
+        plugins.register_ops(OpRegistry())  # then the frontends' own ops

@@ -1,6 +1,9 @@
 // The torch glue for the "tt" device: a c10 allocator, a device guard and PrivateUse1 hooks.
-// Everything device-side is decided in Python (the HAL): this file forwards to one callback, so torch and
-// tinygrad share one allocator and one set of statistics. Built against the installed torch's headers only.
+// Everything device-side is decided in Python (the HAL): this file forwards to the typed entry points of
+// ktt_torch_hal (ktt_torch.h), so torch and tinygrad share one allocator and one set of statistics. Built against the
+// installed torch's headers only.
+#include "ktt_torch.h"
+
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Generator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -13,42 +16,49 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <mutex>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
 namespace {
 
-enum Op : int32_t {
-  ALLOC = 1, FREE = 2, COPY = 3, SYNC_DEVICE = 4, STREAM_SYNC = 5, STREAM_QUERY = 6, EVENT_RECORD = 7,
-  EVENT_BLOCK = 8, EVENT_QUERY = 9, EVENT_SYNC = 10, EVENT_DESTROY = 11, EVENT_ELAPSED_US = 12, DEVICE_COUNT = 13,
-  STATS = 14, RESET_PEAK = 15, EMPTY_CACHE = 16, MEMORY_INFO = 17, NEW_STREAM = 18, RESET_ACCUMULATED = 19,
-  RNG_GET = 20, RNG_SET = 21,
-};
-
-using Callback = int64_t (*)(int32_t op, int64_t a, int64_t b, int64_t c, int64_t d);
-Callback g_cb = nullptr;
+ktt_torch_hal g_hal{};
+std::atomic<bool> g_installed{false};
 thread_local std::string g_error;
 thread_local c10::DeviceIndex g_device = 0;
 thread_local int64_t g_stream[64] = {0};  // kMaxDevices
 
-int64_t call(Op op, int64_t a = 0, int64_t b = 0, int64_t c = 0, int64_t d = 0) {
-  TORCH_CHECK(g_cb != nullptr, "the tt device is not initialised: import kohakutt.torch first");
+bool installed() { return g_installed.load(std::memory_order_acquire); }
+
+// Calls the HAL entry point `fn` and raises the error it reported, if any (as an out-of-memory error when `Oom`).
+template <bool Oom = false, typename R, typename... P, typename... A>
+R call(R (*fn)(P...), A... args) {
+  TORCH_CHECK(installed() && fn != nullptr, "the tt device is not initialised: import kohakutt first");
   g_error.clear();
-  int64_t r = g_cb(op, a, b, c, d);
-  if (!g_error.empty()) {
-    std::string msg = g_error;
-    g_error.clear();
-    if (op == ALLOC) {
-      TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+  auto raise_reported = [] {
+    if (!g_error.empty()) {
+      std::string msg = g_error;
+      g_error.clear();
+      if constexpr (Oom) {
+        TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+      }
+      TORCH_CHECK(false, msg);
     }
-    TORCH_CHECK(false, msg);
+  };
+  if constexpr (std::is_void_v<R>) {
+    fn(static_cast<P>(args)...);
+    raise_reported();
+  } else {
+    R r = fn(static_cast<P>(args)...);
+    raise_reported();
+    return r;
   }
-  return r;
 }
 
 // Frees are handed to Python later, not called back from the deleter: a deleter can run while Python unwinds an
@@ -58,7 +68,7 @@ std::vector<int64_t> g_frees;
 std::atomic<int64_t> g_nfrees{0};
 
 void delete_tt(void* ptr) {
-  if (ptr != nullptr && g_cb != nullptr) {
+  if (ptr != nullptr && installed()) {
     std::lock_guard<std::mutex> lock(g_free_mu);
     g_frees.push_back(reinterpret_cast<int64_t>(ptr));
     g_nfrees.store(static_cast<int64_t>(g_frees.size()), std::memory_order_release);
@@ -71,38 +81,52 @@ struct TTAllocator final : public c10::DeviceAllocator {
     if (nbytes == 0) {
       return {nullptr, nullptr, &delete_tt, dev};
     }
-    void* ptr = reinterpret_cast<void*>(call(ALLOC, g_device, static_cast<int64_t>(nbytes)));
+    void* ptr = reinterpret_cast<void*>(call<true>(g_hal.alloc, g_device, static_cast<int64_t>(nbytes)));
     return {ptr, ptr, &delete_tt, dev};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &delete_tt; }
   void copy_data(void* dest, const void* src, std::size_t count) const final {
-    call(COPY, reinterpret_cast<int64_t>(dest), reinterpret_cast<int64_t>(src), static_cast<int64_t>(count));
+    call(g_hal.copy, reinterpret_cast<int64_t>(dest), reinterpret_cast<int64_t>(src), static_cast<int64_t>(count));
   }
-  bool initialized() override { return g_cb != nullptr; }
-  void emptyCache(c10::MempoolId_t) override { call(EMPTY_CACHE); }
+  bool initialized() override { return installed(); }
+  void emptyCache(c10::MempoolId_t) override { call(g_hal.empty_cache); }
   void recordStream(const c10::DataPtr&, c10::Stream) override {}  // frees are already ordered on the stream
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     c10::CachingDeviceAllocator::DeviceStats s;
     auto& alloc = s.allocated_bytes[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)];
     auto& resv = s.reserved_bytes[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)];
     auto& count = s.allocation[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)];
-    alloc.current = call(STATS, device, 0);
-    alloc.peak = call(STATS, device, 1);
-    resv.current = call(STATS, device, 2);
-    resv.peak = call(STATS, device, 3);
-    count.allocated = call(STATS, device, 4);
-    count.freed = call(STATS, device, 5);
+    int64_t v[6] = {0};
+    call(g_hal.memory_stats, device, v);
+    alloc.current = v[0];
+    alloc.peak = v[1];
+    resv.current = v[2];
+    resv.peak = v[3];
+    count.allocated = v[4];
+    count.freed = v[5];
     count.current = count.allocated - count.freed;
     return s;
   }
-  void resetAccumulatedStats(c10::DeviceIndex device) override { call(RESET_ACCUMULATED, device); }
-  void resetPeakStats(c10::DeviceIndex device) override { call(RESET_PEAK, device); }
+  void resetAccumulatedStats(c10::DeviceIndex device) override { call(g_hal.reset_accumulated, device); }
+  void resetPeakStats(c10::DeviceIndex device) override { call(g_hal.reset_peak, device); }
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
-    return {static_cast<size_t>(call(MEMORY_INFO, device, 0)), static_cast<size_t>(call(MEMORY_INFO, device, 1))};
+    int64_t v[2] = {0};
+    call(g_hal.memory_info, device, v);
+    return {static_cast<size_t>(v[0]), static_cast<size_t>(v[1])};
   }
 };
 
 TTAllocator g_allocator;
+
+// Memory on tt:<index> whatever the current device (the allocator allocates on the current one).
+c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes) {
+  struct Restore {
+    c10::DeviceIndex prev;
+    ~Restore() { g_device = prev; }
+  } restore{g_device};
+  if (index >= 0) g_device = index;
+  return g_allocator.allocate(nbytes);
+}
 
 // "Pinned" host memory: ordinary CPU memory, remembered so that is_pinned() answers true for it.
 std::mutex g_pinned_mu;
@@ -151,7 +175,7 @@ struct TTGuard final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getNewStream(c10::Device d, int) const override {
     auto i = d.index() < 0 ? g_device : d.index();
-    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kType, i), call(NEW_STREAM, i));
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kType, i), call(g_hal.stream_new, i));
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return getNewStream(d, 0); }
   c10::Stream exchangeStream(c10::Stream s) const override {
@@ -160,43 +184,51 @@ struct TTGuard final : public c10::impl::DeviceGuardImplInterface {
     g_stream[i] = s.id();
     return old;
   }
-  c10::DeviceIndex deviceCount() const noexcept override {
-    if (g_cb == nullptr) return 0;
-    return static_cast<c10::DeviceIndex>(g_cb(DEVICE_COUNT, 0, 0, 0, 0));
+  c10::DeviceIndex deviceCount() const noexcept override {  // noexcept: an error counts no devices
+    if (!installed() || g_hal.device_count == nullptr) return 0;
+    auto n = g_hal.device_count();
+    bool failed = !g_error.empty();
+    g_error.clear();
+    return failed ? 0 : static_cast<c10::DeviceIndex>(n);
   }
   void record(void** event, const c10::Stream& s, const c10::DeviceIndex device, const c10::EventFlag) const override {
-    auto id = call(EVENT_RECORD, reinterpret_cast<int64_t>(*event), device < 0 ? s.device_index() : device, s.id());
+    auto id = call(g_hal.event_record, reinterpret_cast<int64_t>(*event), device < 0 ? s.device_index() : device,
+                   s.id());
     *event = reinterpret_cast<void*>(id);
   }
   void block(void* event, const c10::Stream& s) const override {
-    if (event) call(EVENT_BLOCK, reinterpret_cast<int64_t>(event), s.device_index(), s.id());
+    if (event) call(g_hal.event_block, reinterpret_cast<int64_t>(event), s.device_index(), s.id());
   }
   bool queryEvent(void* event) const override {
-    return event == nullptr || call(EVENT_QUERY, reinterpret_cast<int64_t>(event)) != 0;
+    return event == nullptr || call(g_hal.event_query, reinterpret_cast<int64_t>(event)) != 0;
   }
-  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
-    if (event && g_cb) g_cb(EVENT_DESTROY, reinterpret_cast<int64_t>(event), 0, 0, 0);
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {  // noexcept: errors dropped
+    if (event && installed() && g_hal.event_destroy != nullptr) {
+      g_hal.event_destroy(reinterpret_cast<int64_t>(event));
+      g_error.clear();
+    }
   }
   void synchronizeEvent(void* event) const override {
-    if (event) call(EVENT_SYNC, reinterpret_cast<int64_t>(event));
+    if (event) call(g_hal.event_synchronize, reinterpret_cast<int64_t>(event));
   }
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     TORCH_CHECK(start && end, "both events must be recorded before elapsed_time");
-    return static_cast<double>(call(EVENT_ELAPSED_US, reinterpret_cast<int64_t>(start),
-                                    reinterpret_cast<int64_t>(end))) / 1000.0;
+    return call(g_hal.event_elapsed_ms, reinterpret_cast<int64_t>(start), reinterpret_cast<int64_t>(end));
   }
   bool queryStream(const c10::Stream& s) const override {
-    return call(STREAM_QUERY, s.device_index(), s.id()) != 0;
+    return call(g_hal.stream_query, s.device_index(), s.id()) != 0;
   }
-  void synchronizeStream(const c10::Stream& s) const override { call(STREAM_SYNC, s.device_index(), s.id()); }
-  void synchronizeDevice(const c10::DeviceIndex device) const override { call(SYNC_DEVICE, device); }
+  void synchronizeStream(const c10::Stream& s) const override {
+    call(g_hal.stream_synchronize, s.device_index(), s.id());
+  }
+  void synchronizeDevice(const c10::DeviceIndex device) const override { call(g_hal.device_synchronize, device); }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
 };
 
 // torch.Generator(device="tt"): a Philox stream, (seed, offset) with the offset counted in the stream's 128-bit
 // blocks. The draws are made in Python, which reads and advances the offset (initial_seed / get_offset / set_offset);
 // the state is 16 bytes, seed then offset, little-endian, as torch.tt.get_rng_state's. A chip's default generator
-// holds no state of its own: it reads and writes the chip's random stream (RNG_GET / RNG_SET), the one that random
+// holds no state of its own: it reads and writes the chip's random stream (generator_get / _set), the one that random
 // ops without a generator draw from, so saving and restoring it replays those draws.
 struct TTGenerator final : public c10::GeneratorImpl {
   TTGenerator(c10::DeviceIndex d, bool chip_stream)
@@ -205,12 +237,8 @@ struct TTGenerator final : public c10::GeneratorImpl {
         chip_stream_(chip_stream) {}
   void set_current_seed(uint64_t seed) override { put(seed, 0); }
   void set_offset(uint64_t offset) override { put(current_seed(), offset); }
-  uint64_t get_offset() const override {
-    return chip_stream_ ? static_cast<uint64_t>(call(RNG_GET, device().index(), 1)) : offset_;
-  }
-  uint64_t current_seed() const override {
-    return chip_stream_ ? static_cast<uint64_t>(call(RNG_GET, device().index(), 0)) : seed_;
-  }
+  uint64_t get_offset() const override { return chip_stream_ ? chip_state()[1] : offset_; }
+  uint64_t current_seed() const override { return chip_stream_ ? chip_state()[0] : seed_; }
   uint64_t seed() override {
     std::random_device rd;
     uint64_t s = (static_cast<uint64_t>(rd()) << 32) | rd();
@@ -239,9 +267,14 @@ struct TTGenerator final : public c10::GeneratorImpl {
   static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
 
  private:
+  std::array<uint64_t, 2> chip_state() const {
+    std::array<uint64_t, 2> state{0, 0};
+    call(g_hal.generator_get, device().index(), state.data());
+    return state;
+  }
   void put(uint64_t seed, uint64_t offset) {
     if (chip_stream_) {
-      call(RNG_SET, device().index(), static_cast<int64_t>(seed), static_cast<int64_t>(offset));
+      call(g_hal.generator_set, device().index(), seed, offset);
     } else {
       seed_ = seed;
       offset_ = offset;
@@ -279,7 +312,7 @@ struct TTHooks final : public at::PrivateUse1HooksInterface {
     return g_default_gens[i];
   }
   bool isBuilt() const override { return true; }
-  bool isAvailable() const override { return g_cb != nullptr; }
+  bool isAvailable() const override { return installed(); }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   c10::DeviceIndex deviceCount() const override { return TTGuard().deviceCount(); }
   void setCurrentDevice(c10::DeviceIndex d) const override { g_device = d; }
@@ -299,7 +332,7 @@ struct TTHooks final : public at::PrivateUse1HooksInterface {
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     auto* impl = storage.unsafeGetStorageImpl();
     size_t old = impl->nbytes();
-    c10::DataPtr fresh = g_allocator.allocate(newsize);
+    c10::DataPtr fresh = allocate_on(impl->device().index(), newsize);  // the storage's device, not the current one
     size_t keep = std::min(old, newsize);
     if (keep && impl->data()) g_allocator.copy_data(fresh.get(), impl->data(), keep);
     impl->set_data_ptr_noswap(std::move(fresh));
@@ -315,9 +348,9 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, TTGuard);
 
 extern "C" {
 
-// Installs the allocator and hooks and routes them to `cb`. Safe to call again to replace the callback.
-void ktt_torch_install(Callback cb) {
-  g_cb = cb;
+void ktt_torch_install(const ktt_torch_hal* hal) {
+  g_hal = *hal;
+  g_installed.store(true, std::memory_order_release);
   if (g_hooks == nullptr) {
     c10::SetAllocator(c10::DeviceType::PrivateUse1, &g_allocator);
     g_hooks = new TTHooks();
@@ -325,18 +358,14 @@ void ktt_torch_install(Callback cb) {
   }
 }
 
-// Called by the Python callback before it returns, to make the C++ side raise `msg`.
-void ktt_torch_set_error(const char* msg) { g_error = msg ? msg : "unknown error"; }
+void ktt_torch_set_error(const char* message) { g_error = message ? message : "unknown error"; }
 
-// Detaches the callback (at interpreter exit): later frees become no-ops.
-void ktt_torch_uninstall() { g_cb = nullptr; }
+void ktt_torch_uninstall() { g_installed.store(false, std::memory_order_release); }
 
-int ktt_torch_current_device() { return g_device; }
+int32_t ktt_torch_current_device() { return g_device; }
 
-// How many storages died since the last ktt_torch_take_frees (cheap: no lock).
 int64_t ktt_torch_pending_frees() { return g_nfrees.load(std::memory_order_acquire); }
 
-// Moves up to `cap` data pointers of dead storages into `out`, oldest first; returns how many.
 int64_t ktt_torch_take_frees(int64_t* out, int64_t cap) {
   std::lock_guard<std::mutex> lock(g_free_mu);
   int64_t n = std::min<int64_t>(cap, static_cast<int64_t>(g_frees.size()));
@@ -346,30 +375,28 @@ int64_t ktt_torch_take_frees(int64_t* out, int64_t cap) {
   return n;
 }
 
-// Puts storage `storage` (a StorageImpl*) under tensor `impl` (a TensorImpl*), which takes the storage's device:
-// torch's own empty-tensor helper makes every tensor on tt:0. Returns 0, or -1 when the tensor refuses.
-int ktt_torch_adopt_storage(void* impl, void* storage) {
+// torch's own empty-tensor helper makes every tensor on tt:0: this moves one to its storage's device.
+int32_t ktt_torch_adopt_storage(void* tensor, void* storage) {
   try {
     auto* s = static_cast<c10::StorageImpl*>(storage);
-    static_cast<c10::TensorImpl*>(impl)->set_storage_keep_dtype(
+    static_cast<c10::TensorImpl*>(tensor)->set_storage_keep_dtype(
         c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(s)));
     return 0;
   } catch (...) {
     return -1;
   }
 }
-int64_t ktt_torch_current_stream(int device) { return g_stream[device]; }
 
-// The next torch.Generator(device="tt:<i>") made by this thread is tt:<i>'s default generator (not a new one).
+int64_t ktt_torch_current_stream(int32_t device) { return g_stream[device]; }
+
 void ktt_torch_next_generator_is_default() { g_next_is_default = true; }
 
-// Gives the fresh tensor `impl` (a TensorImpl*) a new storage of `nbytes` over device memory `ptr` on tt:<device>,
-// which the caller allocated (its death reaches Python like any tt storage's: see delete_tt), then sizes and strides
-// (`dims`: ndim sizes, then ndim strides) at storage offset 0. The fast way to make an op's output: no allocator
-// callback, no Python storage object. Returns 0, or -1 when the tensor refuses (nothing is taken over then).
-int ktt_torch_set_buffer(void* impl, int64_t ptr, int64_t nbytes, int device, int64_t ndim, const int64_t* dims) {
+// The fast way to make an op's output: no allocator callback, no Python storage object. The storage's death reaches
+// Python like any tt storage's (see delete_tt).
+int32_t ktt_torch_set_buffer(void* tensor, int64_t ptr, int64_t nbytes, int32_t device, int64_t ndim,
+                             const int64_t* dims) {
   try {
-    auto* t = static_cast<c10::TensorImpl*>(impl);
+    auto* t = static_cast<c10::TensorImpl*>(tensor);
     c10::Device dev(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device));
     void* p = reinterpret_cast<void*>(ptr);
     c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(nbytes),

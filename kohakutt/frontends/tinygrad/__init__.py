@@ -2,7 +2,9 @@
 
 :func:`register` (run by ``import kohakutt.tinygrad``) makes ``Device["KTT"]`` resolve to :class:`KTTDevice` without
 changing tinygrad on disk: the module is placed where tinygrad's device lookup imports ``ops_<name>`` from, the KTT
-renderer's compile hook is installed and ``Tensor.rand`` learns to draw on the card.
+renderer's compile hook is installed and ``Tensor.rand`` learns to draw on the card. tinygrad has no registration
+API for an out-of-tree device (``Device`` imports ``tinygrad.runtime.ops_<name>``), so the module is placed in
+``sys.modules`` under that name; ``tests/frontends/tinygrad/test_library_hooks.py`` checks tinygrad still looks there.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ contains it (``Device.buffer_at``) without owning it.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any
 
@@ -103,8 +102,10 @@ class KTTProgram:
     def __del__(self) -> None:
         tile = getattr(self, "tile", None)
         if tile is not None:
-            with contextlib.suppress(Exception):  # interpreter shutdown: the device may already be gone
+            try:  # noqa: SIM105  (no module globals here: at interpreter shutdown they may be None already)
                 tile.release()
+            except Exception:  # the device may already be gone
+                pass
 
 
 class KTTDevice(Compiled):

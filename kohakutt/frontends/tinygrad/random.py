@@ -7,6 +7,10 @@ op: Philox4x32 on 32-bit words, keyed by the device seed. ``Tensor.manual_seed(s
 in the program, not on when tinygrad realizes it. Under TinyJit a draw is a call of its own (never batched into a
 trace), so every replay draws new numbers. ``KTT_TINYGRAD_RAND=host`` leaves ``Tensor.rand`` alone: tinygrad's own
 Threefry stream, computed on the host (its uint64 kernels take the host path).
+
+A patch of the one name ``Tensor.rand`` because tinygrad has no hook for a device's generator (the counter and the
+Threefry draw are private methods of ``Tensor``); every random function reaches it. ``tests/frontends/tinygrad/
+test_library_hooks.py`` fails when tinygrad changes under it.
 """
 
 from __future__ import annotations

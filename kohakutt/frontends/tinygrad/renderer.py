@@ -4,6 +4,9 @@ tinygrad lowers a kernel to flat scalar UOps inside ``tinygrad.codegen.do_to_pro
 at call time. Wrapping that one function (at import of this module, which is also what unpickling a
 :class:`KTTRenderer` in one of tinygrad's compile workers does) hands KTT kernels to :func:`compile_ast` before any
 lowering; every other device goes through the original unchanged. Nothing of tinygrad is changed on disk.
+
+A patch because tinygrad 0.14 has no public way to hand a device a kernel's AST: a ``Renderer`` only ever receives
+the linearized scalar UOps. ``tests/frontends/tinygrad/test_library_hooks.py`` fails when tinygrad changes under it.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ which torch calls before it makes a tensor on tt; :func:`install` runs it on req
 
 from __future__ import annotations
 
+import ctypes
 import functools
-import itertools
 import sys
 import threading
 import warnings
@@ -73,34 +73,35 @@ def register() -> None:
         if not hasattr(torch.Tensor, "is_tt"):
             torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
         _install_printing()
-        _keep_parameters_on_conversion()
+        _route_module_to_the_mesh()
         try:
             lib = native.load_cached()
+            if lib is not None:
+                global _first_calls
+                _first_calls = native.hal_table(lib, _first_call_handlers())  # kept alive for the process
+                lib.ktt_torch_install(ctypes.byref(_first_calls))  # the glue's allocator, guard and hooks answer now
         except Exception:
-            lib = None
-        if lib is not None:
-            lib.ktt_torch_install(_first_call_cb)  # the glue's allocator, guard and hooks answer from now on
+            pass
         _registered = True
 
 
-def _first_call(op: int, a: int, b: int, c: int, d: int) -> int:
-    """The glue's callback until the device is initialised: a device count is answered here; anything else (an
-    allocation, a generator's state) initialises the device, which routes the glue to the HAL, and goes there."""
-    try:
-        if op == native.DEVICE_COUNT:
-            return tt_module.device_count()
-        install()
-        from kohakutt.frontends.torch import runtime
-
-        return runtime._entry(op, a, b, c, d)
-    except BaseException as e:  # never let an exception cross into C++: hand it over as a message
-        lib = native.loaded()
-        if lib is not None:
-            lib.ktt_torch_set_error(f"{type(e).__name__}: {e}".encode("utf-8", "replace"))
-        return 0
+_first_calls: Any = None
 
 
-_first_call_cb = native.CALLBACK(_first_call)  # kept alive for the process
+def _first_call_handlers() -> dict[str, Callable[..., Any]]:
+    """The glue's entry points until the device is initialised: a device count is answered here; any other request
+    (an allocation, a generator's state) initialises the device, which routes the glue to the HAL, and goes there."""
+
+    def first(name: str) -> Callable[..., Any]:
+        def entry(*args: Any) -> Any:
+            install()
+            from kohakutt.frontends.torch import runtime
+
+            return runtime.HANDLERS[name](*args)
+
+        return entry
+
+    return {name: first(name) for name in native.hal_entry_points()} | {"device_count": tt_module.device_count}
 
 
 def install() -> None:
@@ -139,7 +140,12 @@ def decomposes(name: str) -> bool:
 
 def _install_printing() -> None:
     """Print tt tensors from one host copy: torch's printer otherwise runs dozens of small ops per tensor on the
-    device (one host read per element, and float64 casts the card cannot hold)."""
+    device (one host read per element, and float64 casts the card cannot hold).
+
+    A patch of ``torch._tensor_str._str``, because torch has no public hook for it: its printer copies a tensor to
+    the CPU first only for a fixed list of device types (``xla``, ``lazy``, ``ipu``, ``mtia``), which a PrivateUse1
+    device cannot join. ``tests/frontends/torch/test_library_hooks.py`` fails when torch changes what this relies on
+    (the names, the ``tensor_contents`` argument) or grows a way to do without it."""
     from torch import _tensor_str as ts
 
     original = ts._str
@@ -160,50 +166,26 @@ def _install_printing() -> None:
     ts._str = _str
 
 
-def _keep_parameters_on_conversion() -> None:
-    """Keep a module's parameter objects when it moves to or from tt, so tied weights stay tied and an optimizer
-    made before the move still holds the module's parameters.
-
-    PyTorch replaces every parameter by a new one when old and new tensors are of "incompatible" types, judged by a
-    list of built-in devices that tt is not on: ``.to("tt")`` would untie shared weights. Within ``Module.to``,
-    ``.tt`` and ``.cpu`` involving tt, parameters are swapped in place instead (PyTorch's own
-    ``swap_module_params_on_conversion`` path, as it plans to do by default)."""
+def _route_module_to_the_mesh() -> None:
+    """``module.to(mesh)`` places each parameter by its module's mark (:func:`.mesh.module_to`): sharded or
+    replicated, which a per-tensor ``_apply`` cannot know. A patch, as torch offers no hook for how a whole module
+    moves; it only looks at ``Module.to`` calls whose target is the open mesh's index and leaves every other call to
+    torch untouched (a tensor's own placement is the ``_has_compatible_shallow_copy_type`` hook's)."""
     module = torch.nn.Module
     if getattr(module.to, "_ktt", False):
         return
-    future = torch.__future__
+    method = module.to
 
-    def involves_tt(m: torch.nn.Module, device: Any) -> bool:
-        if device is not None and torch.device(device).type == "tt":
-            return True
-        return any(t.device.type == "tt" for t in itertools.chain(m.parameters(), m.buffers()))
-
-    def wrap(method: Callable[..., Any], device_of: Callable[[tuple, dict], Any]) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def run(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-            target = device_of(args, kwargs)
-            rt = sys.modules.get("kohakutt.frontends.torch.runtime")  # loaded once a chip (or the mesh) is used
-            if target is not None and method.__name__ == "to" and rt and rt.is_mesh(torch.device(target).index):
+    @functools.wraps(method)
+    def to(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        rt = sys.modules.get("kohakutt.frontends.torch.runtime")  # loaded once a chip (or the mesh) is used
+        if rt is not None and rt.has_mesh():
+            target, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+            if target is not None and target.type == "tt" and rt.is_mesh(target.index):
                 from kohakutt.frontends.torch import mesh
 
-                _, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
-                return mesh.module_to(self, torch.device(target), dtype)  # placed by the modules' marks
-            if future.get_swap_module_params_on_conversion() or not involves_tt(self, target):
-                return method(self, *args, **kwargs)
-            future.set_swap_module_params_on_conversion(True)
-            try:
-                return method(self, *args, **kwargs)
-            except RuntimeError as e:
-                if "swap" not in str(e):
-                    raise
-                warnings.warn(f"{e}: converting with new parameter objects instead (tied weights untie)", stacklevel=2)
-            finally:
-                future.set_swap_module_params_on_conversion(False)
-            return method(self, *args, **kwargs)
+                return mesh.module_to(self, target, dtype)
+        return method(self, *args, **kwargs)
 
-        run._ktt = True  # type: ignore[attr-defined]
-        return run
-
-    module.to = wrap(module.to, lambda a, k: torch._C._nn._parse_to(*a, **k)[0])  # type: ignore[method-assign]
-    module.cpu = wrap(module.cpu, lambda a, k: None)  # type: ignore[method-assign]
-    module.tt = wrap(module.tt, lambda a, k: "tt")  # type: ignore[attr-defined]
+    to._ktt = True  # type: ignore[attr-defined]
+    module.to = to  # type: ignore[method-assign]

@@ -97,8 +97,23 @@ def install() -> None:
         _installed = True
 
 
+# What torch counts as dense tensors whose data one TensorImpl may take from another (TensorImpl::
+# has_compatible_shallow_copy_type: CPU, CUDA, MPS, HIP, XPU, HPU, MTIA), and tt.
+_DENSE_DEVICES = frozenset({"cpu", "cuda", "mps", "hip", "xpu", "hpu", "mtia", "tt"})
+
+
+def _has_compatible_shallow_copy_type(self: torch.Tensor, from_: torch.Tensor) -> bool:
+    """tt tensors are dense as CPU and CUDA ones are, so ``param.data = t`` works across tt and the CPU, and
+    ``Module.to("tt")`` / ``.cpu()`` keep each parameter object (tied weights stay tied, an optimizer made before the
+    move still holds the module's parameters), exactly as for CUDA. torch leaves this answer to a PrivateUse1 device
+    (its TensorImpl.h says so): without it, every parameter would be replaced by a new one."""
+    return (self.layout == torch.strided and from_.layout == torch.strided
+            and self.device.type in _DENSE_DEVICES and from_.device.type in _DENSE_DEVICES)  # fmt: skip
+
+
 def _register_kernels() -> None:
     lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_has_compatible_shallow_copy_type", _has_compatible_shallow_copy_type, "PrivateUse1")
     kernels = all_kernels()
     own_autograd = {k.name for k in kernels.values() if k.dispatch_key == "AutogradPrivateUse1"}
     for k in kernels.values():

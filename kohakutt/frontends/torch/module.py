@@ -189,16 +189,18 @@ def set_stream(stream: torch.Stream) -> None:
 
 @contextlib.contextmanager
 def stream(s: torch.Stream | None) -> Iterator[None]:
-    """Queue the block's work on ``s``."""
+    """Queue the block's work on ``s`` (and make its device current inside the block, as ``torch.cuda.stream``)."""
     if s is None:
         yield
         return
+    outer = torch.accelerator.current_stream()  # the current device's: setting it back restores that device too
     prev = torch.accelerator.current_stream(s.device)
     torch.accelerator.set_stream(s)
     try:
         yield
     finally:
         torch.accelerator.set_stream(prev)
+        torch.accelerator.set_stream(outer)
 
 
 class device:

@@ -1,9 +1,14 @@
 """The torch glue in ``native/torch/ktt_torch.cpp``, built for the installed torch and loaded with ctypes.
 
 PyTorch makes storages by device through a c10 allocator, and only C++ can install one. The glue is one small file
-built against the installed torch's headers (no pybind, no ``torch/extension.h``: about 5 s with g++), cached at
-``<cache>/torch/<key>/libktt_torch.so`` where ``key`` hashes the source, the torch version and the compiler, so an
-upgrade of torch builds a new library. Everything the glue does is decided by one Python callback (``runtime.py``).
+built against the installed torch's headers (no pybind, no ``torch/extension.h``: about 5 s with g++) by the package's
+one native builder (:mod:`kohakutt.native`), cached at ``<cache>/torch/<key>/libktt_torch.so`` where ``key`` hashes
+the sources, the torch build and the compiler, so an upgrade of torch builds a new library.
+
+The boundary is ``native/torch/ktt_torch.h``: the functions the glue exports, and ``ktt_torch_hal``, the typed entry
+points (allocator, streams, events, generators) through which it asks the HAL for everything device-side. Both the
+ctypes signatures and the ctypes structure of the entry points are read from that header (:func:`boundary`), so the
+two sides never keep copies of each other. :func:`hal_table` makes the structure from Python functions.
 
 This module stays light (torch, the knobs, the errors): registering ``tt`` at ``import torch`` loads a glue that is
 already built (:func:`load_cached`), and the build itself waits for the first real use (:func:`load`).
@@ -12,52 +17,46 @@ already built (:func:`load_cached`), and the build itself waits for the first re
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shlex
-import shutil
-import subprocess
-import tempfile
+import functools
+import traceback
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from kohakutt import config
-from kohakutt.errors import KohakuTTError
+from kohakutt import native as builder
+from kohakutt.native import NativeBuildError
 
-SOURCE = Path(__file__).resolve().parents[3] / "native" / "torch" / "ktt_torch.cpp"
+SOURCE_DIR = builder.NATIVE_DIR / "torch"
+SOURCE = SOURCE_DIR / "ktt_torch.cpp"
+HEADER = SOURCE_DIR / "ktt_torch.h"
 LIBRARY_NAME = "libktt_torch.so"
 CXXFLAGS = ("-std=c++20", "-O2", "-fPIC", "-shared", "-Wno-deprecated-declarations")
 
-# The callback's requests (the glue's enum Op).
-ALLOC, FREE, COPY, SYNC_DEVICE, STREAM_SYNC, STREAM_QUERY, EVENT_RECORD, EVENT_BLOCK, EVENT_QUERY, EVENT_SYNC = range(
-    1, 11
-)
-EVENT_DESTROY, EVENT_ELAPSED_US, DEVICE_COUNT, STATS, RESET_PEAK, EMPTY_CACHE, MEMORY_INFO, NEW_STREAM = range(11, 19)
-RESET_ACCUMULATED, RNG_GET, RNG_SET = range(19, 22)
 
-CALLBACK = ctypes.CFUNCTYPE(
-    ctypes.c_int64, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64
-)
-
-
-class TorchGlueError(KohakuTTError):
+class TorchGlueError(NativeBuildError):
     """The torch glue cannot be built or loaded (no C++ compiler, a failed compile, a missing source)."""
 
 
 def find_compiler(cxx: str | None = None) -> list[str]:
     """The C++ compiler command: ``cxx`` (knob ``KTT_CXX``) or the first of c++, g++, clang++ on PATH."""
-    if cxx:
-        argv = shlex.split(cxx)
-        if argv and shutil.which(argv[0]):
-            return argv
-        raise TorchGlueError(f"KTT_CXX={cxx!r} names no compiler on PATH; set it to a C++20 compiler or unset it")
-    for name in ("c++", "g++", "clang++"):
-        if shutil.which(name):
-            return [name]
-    raise TorchGlueError(
-        "no C++ compiler found (tried c++, g++, clang++): the tt device needs a small C++ file built against the "
-        "installed torch (a c10 allocator, once per torch version). Install one (`apt-get install g++`) or set KTT_CXX"
-    )
+    try:
+        return builder.find_compiler("c++", cxx)
+    except NativeBuildError as e:
+        raise TorchGlueError(f"{e} (the tt device needs a small C++ file built against the installed torch, once "
+                             "per torch version)") from None  # fmt: skip
+
+
+@functools.cache
+def boundary() -> builder.Boundary:
+    """The glue's C boundary, read from ``ktt_torch.h``."""
+    return builder.c_boundary(HEADER)
+
+
+def hal_entry_points() -> tuple[str, ...]:
+    """The names of ``ktt_torch_hal``'s entry points, in the structure's order."""
+    return tuple(s.name for s in boundary().structs["ktt_torch_hal"])
 
 
 def _torch_dirs() -> tuple[Path, Path]:
@@ -65,66 +64,66 @@ def _torch_dirs() -> tuple[Path, Path]:
     return root / "include", root / "lib"
 
 
+def recipe() -> builder.Recipe:
+    """How the glue is built for the installed torch."""
+    include, lib = _torch_dirs()
+    abi = int(torch.compiled_with_cxx11_abi())
+    return builder.Recipe(
+        LIBRARY_NAME, "the tt device's torch glue", "c++", (SOURCE,), (HEADER,),
+        (*CXXFLAGS, f"-I{include}", f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}",
+         f"-D_GLIBCXX_USE_CXX11_ABI={abi}"),
+        (f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}"),
+        salt=f"{torch.__version__}\0{include}", prefix=f"torch-{torch.__version__.split('+')[0]}",
+    )  # fmt: skip
+
+
 def build_key(compiler: list[str]) -> str:
-    """The cache folder's name: a hash of the source, the torch build and the compiler (its resolved file's size
-    and time stamp stand for its version: no process is started, so the key is cheap at ``import torch``)."""
-    h = hashlib.sha256()
-    h.update(SOURCE.read_bytes())
-    h.update(torch.__version__.encode() + b"\0" + str(_torch_dirs()[0]).encode())
-    exe = shutil.which(compiler[0]) or compiler[0]
-    h.update("\0".join([exe, *compiler[1:], *CXXFLAGS]).encode())
-    try:
-        st = os.stat(os.path.realpath(exe))
-        h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
-    except OSError as e:
-        raise TorchGlueError(f"cannot find the C++ compiler {compiler[0]!r}: {e}; install g++ or set KTT_CXX") from e
-    return f"torch-{torch.__version__.split('+')[0]}-{h.hexdigest()[:16]}"
+    """The cache folder's name: a hash of the sources, the torch build and the compiler (cheap: no process is
+    started, so it is computed at ``import torch``)."""
+    return recipe().key(compiler)
 
 
 def build(root: Path, compiler: list[str]) -> Path:
     """Build the glue under ``root`` unless a complete one is there; return its path."""
-    if not SOURCE.exists():
-        raise TorchGlueError(
-            f"{SOURCE} is missing: the tt device ships its C++ glue as source next to the package; "
-            "use a repository checkout or an editable install (pip install -e .)"
-        )
-    target = root / build_key(compiler) / LIBRARY_NAME
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    include, lib = _torch_dirs()
-    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=target.parent)
-    os.close(fd)
     try:
-        cmd = [
-            *compiler,
-            *CXXFLAGS,
-            f"-I{include}",
-            f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}",
-            "-D_GLIBCXX_USE_CXX11_ABI=" + str(int(torch.compiled_with_cxx11_abi())),
-            "-o",
-            tmp,
-            str(SOURCE),
-            f"-L{lib}",
-            "-lc10",
-            "-ltorch_cpu",
-            f"-Wl,-rpath,{lib}",
-        ]
+        return builder.build(recipe(), root, compiler)
+    except TorchGlueError:
+        raise
+    except NativeBuildError as e:
+        raise TorchGlueError(str(e)) from e
+
+
+def hal_table(lib: Any, handlers: Mapping[str, Callable[..., Any]]) -> Any:
+    """A ``ktt_torch_hal`` whose entry points call ``handlers`` (one per name of :func:`hal_entry_points`). An
+    exception never crosses into C++: it is handed to the glue as a message (``ktt_torch_set_error``), which raises
+    it there. Keep the result alive as long as the glue may call it."""
+    missing = set(hal_entry_points()) - set(handlers)
+    if missing:
+        raise TorchGlueError(f"no handler for the glue's entry points {sorted(missing)}")
+    table = boundary().structure("ktt_torch_hal")()
+    keep = []
+    for sig in boundary().structs["ktt_torch_hal"]:
+        fn = sig.functype()(_guarded(lib, handlers[sig.name], sig.restype))
+        setattr(table, sig.name, fn)
+        keep.append(fn)
+    table._keep = keep  # the ctypes callbacks live as long as the table
+    return table
+
+
+def _guarded(lib: Any, fn: Callable[..., Any], restype: Any) -> Callable[..., Any]:
+    failed = None if restype is None else restype(0).value
+
+    def entry(*args: Any) -> Any:
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise TorchGlueError(f"cannot run the C++ compiler {compiler[0]!r}: {e}; install g++ or set KTT_CXX") from e
-        if done.returncode != 0:
-            raise TorchGlueError(
-                f"building the tt device's torch glue failed ({shlex.join(cmd)}):\n"
-                f"{done.stderr.strip()[-4000:]}\nfix the compiler set-up or set KTT_CXX"
-            )
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, target)  # atomic: racing builds both load a complete library
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+            return fn(*args)
+        except BaseException as e:  # never let an exception cross into C++: hand it over as a message
+            msg = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            if not isinstance(e, Exception):
+                msg += "\n" + traceback.format_exc()
+            lib.ktt_torch_set_error(msg.encode("utf-8", "replace"))
+            return failed
+
+    return entry
 
 
 _lib: ctypes.CDLL | None = None
@@ -156,30 +155,6 @@ def _open(path: Path) -> ctypes.CDLL:
         lib = ctypes.PyDLL(str(path), mode=ctypes.RTLD_GLOBAL)  # keeps the GIL: calls are short
     except OSError as e:
         raise TorchGlueError(f"cannot load the torch glue {path}: {e}; delete that folder to rebuild it") from e
-    lib.ktt_torch_install.argtypes = [CALLBACK]
-    lib.ktt_torch_install.restype = None
-    lib.ktt_torch_set_error.argtypes = [ctypes.c_char_p]
-    lib.ktt_torch_set_error.restype = None
-    lib.ktt_torch_uninstall.argtypes = []
-    lib.ktt_torch_current_device.restype = ctypes.c_int
-    lib.ktt_torch_current_stream.argtypes = [ctypes.c_int]
-    lib.ktt_torch_current_stream.restype = ctypes.c_int64
-    lib.ktt_torch_adopt_storage.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    lib.ktt_torch_adopt_storage.restype = ctypes.c_int
-    lib.ktt_torch_pending_frees.argtypes = []
-    lib.ktt_torch_pending_frees.restype = ctypes.c_int64
-    lib.ktt_torch_take_frees.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
-    lib.ktt_torch_take_frees.restype = ctypes.c_int64
-    lib.ktt_torch_set_buffer.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        ctypes.c_int,
-        ctypes.c_int64,
-        ctypes.POINTER(ctypes.c_int64),
-    ]
-    lib.ktt_torch_set_buffer.restype = ctypes.c_int
-    lib.ktt_torch_next_generator_is_default.argtypes = []
-    lib.ktt_torch_next_generator_is_default.restype = None
+    boundary().bind(lib)
     _lib = lib
     return lib

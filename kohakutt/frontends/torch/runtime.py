@@ -1,4 +1,5 @@
-"""What the torch glue asks the HAL for: one callback answering allocator, stream, event and statistics requests.
+"""What the torch glue asks the HAL for: the glue's typed entry points (``ktt_torch_hal``: devices, allocator,
+streams, events, generators), answered here (:data:`HANDLERS`).
 
 torch's ``tt:<i>`` is HAL chip ``i``. A storage is a raw HAL buffer whose synthetic address is the storage's data
 pointer, so every torch tensor maps to (buffer, byte offset) with :func:`buffer_of`. Streams and events get small
@@ -13,36 +14,12 @@ from __future__ import annotations
 import ctypes
 import itertools
 import threading
-import traceback
 from typing import Any
 
 import torch
 from kohakutt import hal
 from kohakutt.errors import BufferUseError, DeviceError, OutOfMemoryError
 from kohakutt.frontends.torch import native
-from kohakutt.frontends.torch.native import (
-    ALLOC,
-    COPY,
-    DEVICE_COUNT,
-    EMPTY_CACHE,
-    EVENT_BLOCK,
-    EVENT_DESTROY,
-    EVENT_ELAPSED_US,
-    EVENT_QUERY,
-    EVENT_RECORD,
-    EVENT_SYNC,
-    FREE,
-    MEMORY_INFO,
-    NEW_STREAM,
-    RESET_ACCUMULATED,
-    RESET_PEAK,
-    RNG_GET,
-    RNG_SET,
-    STATS,
-    STREAM_QUERY,
-    STREAM_SYNC,
-    SYNC_DEVICE,
-)
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.device import Device
 from kohakutt.hal.stream import Event, Stream
@@ -57,7 +34,7 @@ _events: dict[int, Event] = {}
 _event_ids = itertools.count(1)
 _stream_counter = itertools.count(1)
 _lib: Any = None
-_callback: Any = None
+_table: Any = None  # the glue's ktt_torch_hal, routed here
 _accumulated: dict[int, tuple[int, int]] = {}  # chip -> (allocs, frees) at the last reset
 _alloc_streams: dict[int, Stream] = {}  # data pointer -> the stream current when the storage was made
 _used_on: dict[int, set[Stream]] = {}  # data pointer -> other streams that use the storage (record_stream)
@@ -73,6 +50,10 @@ def register_mesh(mesh: Any) -> None:
         _streams[(mesh.index, 0)] = mesh.default_stream
         _stream_ids[id(mesh.default_stream)] = (mesh.index, 0)
         _mesh_index = mesh.index
+
+
+def has_mesh() -> bool:
+    return _mesh_index is not None
 
 
 def is_mesh(index: int | None) -> bool:
@@ -227,6 +208,18 @@ def record_stream(ptr: int, index: int, sid: int) -> None:
         _used_on.setdefault(ptr, set()).add(s)
 
 
+def forget_device(index: int) -> None:
+    """Chip ``index`` is closing (the torch plugin's ``ktt_device_closing``): its streams go, so a stream made before
+    raises when used ("has no stream") and the current stream falls back to the reopened chip's default one. The
+    storages' entries stay, so a tensor that outlived the chip says so. Takes no lock: the HAL holds its own here."""
+    for key in [k for k in list(_streams) if k[0] == index]:
+        stream = _streams.pop(key, None)
+        if stream is not None:
+            _stream_ids.pop(id(stream), None)
+    _devices.pop(index, None)
+    _accumulated.pop(index, None)
+
+
 def empty_cache() -> None:
     """Release the cached blocks of every open chip (``torch.tt.empty_cache``), the storages torch let go of first."""
     drain_frees()
@@ -263,17 +256,22 @@ def _copy(dst: int, src: int, nbytes: int) -> None:
     dev.copy(sbuf, dbuf, src_offset=soff, dst_offset=doff, nbytes=nbytes, stream=current_stream(dev.chip_id))
 
 
-def _stats(index: int, which: int) -> int:
+def _memory_stats(index: int, out: Any) -> None:
     st = device(index).memory_stats()
     base = _accumulated.get(index, (0, 0))
-    return [
-        st["allocated_bytes"],
-        st["peak_allocated_bytes"],
-        st["reserved_bytes"],
-        st["peak_reserved_bytes"],
-        st["num_allocs"] - base[0],
-        st["num_frees"] - base[1],
-    ][which]
+    out[0], out[1] = st["allocated_bytes"], st["peak_allocated_bytes"]
+    out[2], out[3] = st["reserved_bytes"], st["peak_reserved_bytes"]
+    out[4], out[5] = st["num_allocs"] - base[0], st["num_frees"] - base[1]
+
+
+def _memory_info(index: int, out: Any) -> None:
+    st = device(index).memory_stats()
+    out[0], out[1] = st["dram.free_bytes"], st["dram.capacity_bytes"]
+
+
+def _reset_accumulated(index: int) -> None:
+    st = device(index).memory_stats()
+    _accumulated[index] = (st["num_allocs"], st["num_frees"])
 
 
 def _event_record(handle: int, index: int, sid: int) -> int:
@@ -298,85 +296,89 @@ def elapsed_ms(start: int, end: int) -> float:
     return a.elapsed_ms(b)
 
 
-def _dispatch(op: int, a: int, b: int, c: int, d: int) -> int:
-    if _lib.ktt_torch_pending_frees():
-        drain_frees()
-    if op == ALLOC:
-        return _alloc(a, b)
-    if op == FREE:
-        _free(a)
-    elif op == COPY:
-        _copy(a, b, c)
-    elif op == SYNC_DEVICE:
-        device(a).synchronize()
-    elif op == STREAM_SYNC:
-        stream_by_id(a, b).synchronize()
-    elif op == STREAM_QUERY:
-        return int(stream_by_id(a, b).query())
-    elif op == EVENT_RECORD:
-        return _event_record(a, b, c)
-    elif op == EVENT_BLOCK:
-        ev = _events.get(a)
-        if ev is not None:
-            stream_by_id(b, c).wait_event(ev)
-    elif op == EVENT_QUERY:
-        ev = _events.get(a)
-        return int(ev is None or ev.query())
-    elif op == EVENT_SYNC:
-        ev = _events.get(a)
-        if ev is not None:
-            ev.synchronize()
-    elif op == EVENT_DESTROY:
-        _events.pop(a, None)
-    elif op == EVENT_ELAPSED_US:
-        return round(elapsed_ms(a, b) * 1e3)  # microseconds: the glue divides by 1000
-    elif op == DEVICE_COUNT:
-        return device_slots()
-    elif op == STATS:
-        return _stats(a, b)
-    elif op == RESET_PEAK:
-        device(a).allocator.reset_peak()
-    elif op == EMPTY_CACHE:
-        empty_cache()
-    elif op == MEMORY_INFO:
-        st = device(a).memory_stats()
-        return st["dram.free_bytes"] if b == 0 else st["dram.capacity_bytes"]
-    elif op == NEW_STREAM:
-        return new_stream(a)
-    elif op == RESET_ACCUMULATED:
-        st = device(a).memory_stats()
-        _accumulated[a] = (st["num_allocs"], st["num_frees"])
-    elif op == RNG_GET:  # a default generator reads its chip's random stream: (seed, offset)[b], as an int64
-        v = runner.rng_state(a)[b]
-        return v - (1 << 64) if v >= 1 << 63 else v
-    elif op == RNG_SET:
-        runner.set_rng_state(a, (b & _U64, c & _U64))
-    return 0
+def _event_block(handle: int, index: int, sid: int) -> None:
+    ev = _events.get(handle)
+    if ev is not None:
+        stream_by_id(index, sid).wait_event(ev)
 
 
-_U64 = (1 << 64) - 1
+def _event_query(handle: int) -> int:
+    ev = _events.get(handle)
+    return int(ev is None or ev.query())
 
 
-def _entry(op: int, a: int, b: int, c: int, d: int) -> int:
-    try:
-        return _dispatch(op, a, b, c, d)
-    except BaseException as e:  # never let an exception cross into C++: hand it over as a message
-        msg = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-        if not isinstance(e, Exception):
-            msg += "\n" + traceback.format_exc()
-        _lib.ktt_torch_set_error(msg.encode("utf-8", "replace"))
-        return 0
+def _event_synchronize(handle: int) -> None:
+    ev = _events.get(handle)
+    if ev is not None:
+        ev.synchronize()
+
+
+def _event_destroy(handle: int) -> None:
+    _events.pop(handle, None)
+
+
+def _generator_get(index: int, state: Any) -> None:
+    """A chip's default generator reads the chip's random stream: ``state`` gets (seed, offset)."""
+    state[0], state[1] = runner.rng_state(index)
+
+
+def _generator_set(index: int, seed: int, offset: int) -> None:
+    runner.set_rng_state(index, (seed, offset))
+
+
+def _drained(fn: Any) -> Any:
+    """``fn``, after handing the storages torch let go of back to their chips (every request does that first)."""
+
+    def entry(*args: Any) -> Any:
+        if _lib.ktt_torch_pending_frees():
+            drain_frees()
+        return fn(*args)
+
+    return entry
+
+
+# The glue's entry points (``ktt_torch_hal`` in native/torch/ktt_torch.h) by name, concern by concern.
+HANDLERS = {
+    name: _drained(fn)
+    for name, fn in {
+        # devices
+        "device_count": device_slots,
+        "device_synchronize": lambda index: device(index).synchronize(),
+        # the allocator
+        "alloc": _alloc,
+        "copy": _copy,
+        "empty_cache": empty_cache,
+        "memory_stats": _memory_stats,
+        "reset_peak": lambda index: device(index).allocator.reset_peak(),
+        "reset_accumulated": _reset_accumulated,
+        "memory_info": _memory_info,
+        # streams
+        "stream_new": new_stream,
+        "stream_query": lambda index, sid: int(stream_by_id(index, sid).query()),
+        "stream_synchronize": lambda index, sid: stream_by_id(index, sid).synchronize(),
+        # events
+        "event_record": _event_record,
+        "event_block": _event_block,
+        "event_query": _event_query,
+        "event_synchronize": _event_synchronize,
+        "event_destroy": _event_destroy,
+        "event_elapsed_ms": elapsed_ms,
+        # generators
+        "generator_get": _generator_get,
+        "generator_set": _generator_set,
+    }.items()
+}
 
 
 def install() -> None:
-    """Load the glue and route it here. Idempotent."""
-    global _lib, _callback
+    """Load the glue and route its entry points here. Idempotent."""
+    global _lib, _table
     if _lib is not None:
         return
     lib = native.load()
-    _callback = native.CALLBACK(_entry)  # kept alive for the process
-    lib.ktt_torch_install(_callback)
-    _lib = lib
+    _table = native.hal_table(lib, HANDLERS)  # kept alive for the process
+    _lib = lib  # before the glue may call back: the entry points use it
+    lib.ktt_torch_install(ctypes.byref(_table))
 
 
 def uninstall() -> None:
