@@ -19,6 +19,7 @@ How PyTorch 2.13 reaches these on a PrivateUse1 device:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -451,8 +452,8 @@ def batch_norm_forward(
         raise ValueError("batch_norm: evaluation (training=False) needs running_mean and running_var")
     c = input.shape[1] if input.dim() > 1 else 0
     ps, names = _params(w=weight, b=bias, m=running_mean, v=running_var)
-    stat = torch.float32 if input.dtype == torch.bfloat16 else input.dtype
-    y = tensors.new(input.shape, _like_memory_format(input, input.shape), input.dtype, card.index)
+    stat = torch.float32  # statistics in float32 for every input dtype, as PyTorch computes them
+    y = tensors.new(input.shape, tensors.preserved_strides(input), input.dtype, card.index)
     save = [card.empty((c,) if training else (0,), stat) for _ in range(2)]
     if training and running_mean is not None:
         runs = (
@@ -465,6 +466,9 @@ def batch_norm_forward(
     outs = [y, *save, *runs]
     card("batch_norm", input, *ps, out=outs, training=bool(training), momentum=float(momentum), eps=float(eps),
          params=names)  # fmt: skip
+    if not training:  # as on CUDA (and in PyTorch's shape function): the running statistics it normalized with
+        outs[1] = card.one("typecast", running_mean, dtype=tensors.check_dtype(stat).value)
+        outs[2] = card.one("rsqrt", card.one("add", card.cast(running_var, stat), float(eps)))
     return tuple(outs)
 
 
@@ -606,9 +610,43 @@ def batch_norm_backward(
     output_mask: list[bool],
     reserve: torch.Tensor,
 ) -> tuple[torch.Tensor | None, ...]:
-    train = save_mean is not None and save_mean.numel() > 0  # _batch_norm_no_update in evaluation saves nothing
+    # update: _batch_norm_with_update's; _batch_norm_no_update normalizes with batch statistics only when it has no
+    # running ones (its evaluation returns the running statistics as save_mean / save_invstd, as on CUDA)
+    train = bool(update) or running_mean is None or running_var is None
     return batch_norm_grad(grad_out, input, weight, running_mean, running_var, save_mean, save_var, train, eps,
                            output_mask)  # fmt: skip
+
+
+def _rms_norm_forward(
+    x: torch.Tensor, shape: tuple[int, ...], weight: torch.Tensor | None, eps: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """IR rms_norm: (y, rstd), rstd float32 with the normalized dims kept as ones."""
+    card = Card.of(x, weight)
+    y = card.empty(x.shape, torch.result_type(x, weight) if weight is not None else x.dtype)
+    axis = x.dim() - len(shape)
+    rstd = card.empty((*x.shape[:axis], *(1,) * len(shape)), torch.float32)
+    ps, names = _params(w=weight)
+    card("rms_norm", x, *ps, out=[y, rstd], normalized_shape=shape, eps=eps, params=names)
+    return y, rstd
+
+
+def _rms_norm_backward(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    rstd: torch.Tensor,
+    weight: torch.Tensor | None,
+    shape: tuple[int, ...],
+    mask: tuple[bool, bool],
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """IR rms_norm_backward: the gradients of x and of the weight (None where ``mask`` says not needed)."""
+    card = Card.of(grad, x)
+    mask3 = (mask[0], weight is not None and mask[1], False)
+    outs = [_empty_like_mask(card, x.shape, x.dtype, mask3[0]),
+            _empty_like_mask(card, shape, weight.dtype if weight is not None else x.dtype, mask3[1]),
+            card.empty((0,), x.dtype)]  # fmt: skip
+    ps, names = _params(w=weight)
+    card("rms_norm_backward", grad, x, rstd, *ps, out=outs, normalized_shape=shape, params=names, output_mask=mask3)
+    return _masked(outs[0], mask3[0]), _masked(outs[1], mask3[1])
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -616,12 +654,7 @@ class _RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, shape: tuple[int, ...], weight: torch.Tensor | None, eps: float | None):
-        card = Card.of(x, weight)
-        y = card.empty(x.shape, torch.result_type(x, weight) if weight is not None else x.dtype)
-        axis = x.dim() - len(shape)
-        rstd = card.empty((*x.shape[:axis], *(1,) * len(shape)), torch.float32)
-        ps, names = _params(w=weight)
-        card("rms_norm", x, *ps, out=[y, rstd], normalized_shape=shape, eps=eps, params=names)
+        y, rstd = _rms_norm_forward(x, shape, weight, eps)
         ctx.save_for_backward(x, rstd, weight)
         ctx.shape = shape
         return y
@@ -630,15 +663,65 @@ class _RMSNorm(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: torch.Tensor):
         x, rstd, weight = ctx.saved_tensors
-        card = Card.of(grad, x)
-        mask = (ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[2], False)
-        outs = [_empty_like_mask(card, x.shape, x.dtype, mask[0]),
-                _empty_like_mask(card, ctx.shape, weight.dtype if weight is not None else x.dtype, mask[1]),
-                card.empty((0,), x.dtype)]  # fmt: skip
-        ps, names = _params(w=weight)
-        card("rms_norm_backward", grad, x, rstd, *ps, out=outs, normalized_shape=ctx.shape, params=names,
-             output_mask=mask)  # fmt: skip
-        return _masked(outs[0], mask[0]), None, _masked(outs[1], mask[1]), None
+        mask = (ctx.needs_input_grad[0], ctx.needs_input_grad[2])
+        gx, gw = _rms_norm_backward(grad, x, rstd, weight, ctx.shape, mask)
+        return gx, None, gw, None
+
+
+@functools.cache
+def _rms_norm_op() -> Any:
+    """``ktt::rms_norm``: the same kernels as an opaque custom op with a fake implementation, for traced code
+    (``torch.compile``, ``torch.export``): tracing runs ops on fake tensors, which the card's kernels cannot read, so
+    the graph holds this op, and running the graph runs the kernels. Defined on first use (eager code never needs it)."""
+
+    @torch.library.custom_op("ktt::rms_norm_backward", mutates_args=())
+    def backward_op(
+        grad: torch.Tensor,
+        x: torch.Tensor,
+        rstd: torch.Tensor,
+        weight: torch.Tensor | None,
+        normalized_shape: list[int],
+        mask: list[bool],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        gx, gw = _rms_norm_backward(grad, x, rstd, weight, tuple(normalized_shape), (mask[0], mask[1]))
+        card = Card.of(x)
+        return (card.empty((0,), x.dtype) if gx is None else gx), (card.empty((0,), x.dtype) if gw is None else gw)
+
+    @backward_op.register_fake
+    def _(grad, x, rstd, weight, normalized_shape, mask):  # noqa: ANN001, ANN202
+        gw = x.new_empty(tuple(normalized_shape), dtype=weight.dtype) if mask[1] and weight is not None else None
+        return x.new_empty(x.shape if mask[0] else (0,)), (x.new_empty((0,)) if gw is None else gw)
+
+    @torch.library.custom_op("ktt::rms_norm", mutates_args=())
+    def op(
+        x: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None, eps: float | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return _rms_norm_forward(x, tuple(normalized_shape), weight, eps)
+
+    @op.register_fake
+    def _(x, normalized_shape, weight, eps):  # noqa: ANN001, ANN202
+        axis = x.dim() - len(normalized_shape)
+        y = x.new_empty(x.shape, dtype=torch.result_type(x, weight) if weight is not None else x.dtype)
+        return y, x.new_empty((*x.shape[:axis], *(1,) * len(normalized_shape)), dtype=torch.float32)
+
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        x, shape, weight, _ = inputs
+        ctx.save_for_backward(x, output[1], weight)
+        ctx.shape = list(shape)
+
+    def backward(ctx: Any, grad: torch.Tensor, _grad_rstd: Any) -> tuple:
+        x, rstd, weight = ctx.saved_tensors
+        mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[2]]
+        gx, gw = backward_op(grad, x, rstd, weight, ctx.shape, mask)
+        return (gx if mask[0] else None), None, (gw if mask[1] else None), None
+
+    op.register_autograd(backward, setup_context=setup_context)
+    return op
+
+
+def _plain(*xs: torch.Tensor | None) -> bool:
+    """True when every tensor is an ordinary one (no fake, functional or other subclass tensor of a tracer)."""
+    return all(x is None or type(x) is torch.Tensor or type(x) is torch.nn.Parameter for x in xs)
 
 
 @kernel("rms_norm", ir=("rms_norm", "rms_norm_backward"), dispatch_key="AutogradPrivateUse1")
@@ -646,7 +729,10 @@ class _RMSNorm(torch.autograd.Function):
 def rms_norm(
     input: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None = None, eps: float | None = None
 ) -> torch.Tensor:
-    return _RMSNorm.apply(input, tuple(int(s) for s in normalized_shape), weight, eps)
+    shape = tuple(int(s) for s in normalized_shape)
+    if _plain(input, weight):
+        return _RMSNorm.apply(input, shape, weight, eps)
+    return _rms_norm_op()(input, list(shape), weight, eps)[0]  # traced: an op with a fake implementation
 
 
 # -------------------------------------------------------------------------------------------------------- attention
@@ -702,12 +788,29 @@ def sdpa_fused(
     card = Card.of(query, key, value, attn_bias)
     b, h, sq, _ = query.shape
     skv, dv = key.shape[2], value.shape[3]
-    out = card.empty((b, h, sq, dv), torch.promote_types(torch.promote_types(query.dtype, key.dtype), value.dtype))
+    dtype = torch.promote_types(torch.promote_types(query.dtype, key.dtype), value.dtype)
+    out = tensors.new((b, h, sq, dv), _query_layout(query, dv), dtype, card.index)
     lse = card.empty((b, h, sq), torch.float32)
     mask = [] if attn_bias is None else [attn_bias]
     card("scaled_dot_product_attention", query, key, value, *mask, out=[out, lse], is_causal=bool(is_causal),
          scale=scale)  # fmt: skip
-    return out, lse, None, None, sq, skv, None, None, None
+    # PyTorch's shape function returns 0-dim philox seed and offset tensors (unused without dropout), as CUDA does
+    seed, offset = card.empty((), torch.int64), card.empty((), torch.int64)
+    return out, lse, None, None, sq, skv, seed, offset, None
+
+
+def _query_layout(query: torch.Tensor, dv: int) -> tuple[int, ...]:
+    """Strides for attention's (B, H, Sq, Dv) output stored in the query's dim order, as PyTorch's shape function
+    makes it (a query transposed from (B, S, H, D) gives an output whose ``transpose(1, 2)`` is contiguous)."""
+    if dv == query.shape[3]:
+        return tensors.preserved_strides(query)
+    shape = (*query.shape[:3], dv)
+    order = sorted(range(4), key=lambda i: query.stride(i), reverse=True)  # stable: ties keep the dim order
+    strides, step = [0] * 4, 1
+    for i in reversed(order):
+        strides[i] = step
+        step *= shape[i]
+    return tuple(strides)
 
 
 @kernel("_scaled_dot_product_fused_attention_overrideable_backward", ir=("sdpa_backward",))
@@ -736,7 +839,7 @@ def sdpa_fused_backward(
             "takes the math path when the mask requires grad"
         )
     card = Card.of(grad_out, query, key, value, out, logsumexp, attn_bias)
-    outs = [card.empty(t.shape, t.dtype) for t in (query, key, value)]
+    outs = [tensors.new(t.shape, tensors.preserved_strides(t), t.dtype, card.index) for t in (query, key, value)]
     mask = [] if attn_bias is None else [attn_bias]
     card("sdpa_backward", grad_out, query, key, value, out, logsumexp, *mask, out=outs, is_causal=bool(is_causal),
          scale=scale)  # fmt: skip
