@@ -73,12 +73,14 @@ class Report:
     checked: Counter = field(default_factory=Counter)  # overload -> calls compared
     no_fake: Counter = field(default_factory=Counter)  # overload -> calls with no meta kernel (the real one decides)
     data_dependent: Counter = field(default_factory=Counter)  # overload -> calls fake mode cannot shape
+    samples: Counter = field(default_factory=Counter)  # OpInfo -> whole samples compared with their fake runs
     mismatches: list[Mismatch] = field(default_factory=list)
 
     def merge(self, other: Report) -> None:
         self.checked.update(other.checked)
         self.no_fake.update(other.no_fake)
         self.data_dependent.update(other.data_dependent)
+        self.samples.update(other.samples)
         self.mismatches.extend(other.mismatches)
 
 
@@ -339,5 +341,6 @@ def check_sample(
     if fake_error is not None:
         rep.mismatches.append(Mismatch(name, "fake raises", fake_error, where))
     elif fake is not None:
+        rep.samples[name] += 1
         rep.mismatches += compare_outputs(name, real, fake, (inp, args, kwargs), fake_in, where)
     return rep, real
