@@ -60,7 +60,7 @@ def overload_name(func: torch._ops.OpOverload) -> str:
 @dataclass
 class Mismatch:
     op: str  # the aten overload (or "sample:<OpInfo>" for a whole-sample check)
-    kind: str  # "sizes", "strides", "size-1 strides", "storage offset", "dtype", "device", "aliasing", "outputs", "fake raises"
+    kind: str  # sizes, strides, size-1 strides, storage offset, dtype, device, aliasing, outputs, fake raises
     detail: str
     where: str = ""  # OpInfo, dtype, layout
 
@@ -145,13 +145,17 @@ def compare_outputs(op: str, real: Any, fake: Any, real_in: Any, fake_in: Any, w
     for i, (a, b) in enumerate(zip(r, f)):
         ta, tb = isinstance(a, torch.Tensor), isinstance(b, torch.Tensor)
         if ta != tb:
-            found.append(Mismatch(op, "outputs", f"output {i}: real {type(a).__name__}, fake {type(b).__name__}", where))
+            found.append(
+                Mismatch(op, "outputs", f"output {i}: real {type(a).__name__}, fake {type(b).__name__}", where)
+            )
         elif ta:
             found += [Mismatch(op, k, f"output {i}: {d}", where) for k, d in compare_tensor(a, b)]
     if not found:
         ra, fa = aliasing(r, pytree.tree_leaves(real_in)), aliasing(f, pytree.tree_leaves(fake_in))
         if ra != fa:
-            found.append(Mismatch(op, "aliasing", f"(is input, shares input, shares output) real {ra} != fake {fa}", where))
+            found.append(
+                Mismatch(op, "aliasing", f"(is input, shares input, shares output) real {ra} != fake {fa}", where)
+            )
     return found
 
 
@@ -189,7 +193,7 @@ class CrossRefFake(TorchDispatchMode):
             state = "data-dependent"
         except UnsupportedOperatorException:
             state = "no-fake"
-        except Exception as e:  # noqa: BLE001 - any failure of the fake run is a finding, if the real run succeeds
+        except Exception as e:
             state = f"{type(e).__name__}: {e}"[:300]
         real = func(*args, **kwargs)
         rep = self.report
@@ -256,7 +260,7 @@ def _fake_run(fn: Any, inputs: tuple) -> tuple[Any, Any, str | None]:
         torch.tt.synchronize()  # a kernel that queued work on the fake tensors fails here
     except (DynamicOutputShapeException, DataDependentOutputException, UnsupportedOperatorException):
         return None, None, None
-    except Exception as e:  # noqa: BLE001 - a finding if the real run succeeds
+    except Exception as e:
         with contextlib.suppress(Exception):
             torch.tt.synchronize()
         return None, None, f"{type(e).__name__}: {e}"[:300]
@@ -332,7 +336,7 @@ def check_sample(
             with xref:
                 real = call(inp, args, kwargs)
             torch.tt.synchronize()
-        except Exception:  # noqa: BLE001 - the OpInfo sweep judges samples that do not run
+        except Exception:
             with contextlib.suppress(Exception):
                 torch.tt.synchronize()
             return None, None

@@ -671,8 +671,9 @@ class _RMSNorm(torch.autograd.Function):
 @functools.cache
 def _rms_norm_op() -> Any:
     """``ktt::rms_norm``: the same kernels as an opaque custom op with a fake implementation, for traced code
-    (``torch.compile``, ``torch.export``): tracing runs ops on fake tensors, which the card's kernels cannot read, so
-    the graph holds this op, and running the graph runs the kernels. Defined on first use (eager code never needs it)."""
+    (``torch.compile``, ``torch.export``): tracing runs ops on fake tensors, which the card's kernels cannot read,
+    so the graph holds this op, and running the graph runs the kernels. Made on first use (eager code never needs
+    it)."""
 
     @torch.library.custom_op("ktt::rms_norm_backward", mutates_args=())
     def backward_op(
@@ -688,7 +689,7 @@ def _rms_norm_op() -> Any:
         return (card.empty((0,), x.dtype) if gx is None else gx), (card.empty((0,), x.dtype) if gw is None else gw)
 
     @backward_op.register_fake
-    def _(grad, x, rstd, weight, normalized_shape, mask):  # noqa: ANN001, ANN202
+    def _(grad, x, rstd, weight, normalized_shape, mask):
         gw = x.new_empty(tuple(normalized_shape), dtype=weight.dtype) if mask[1] and weight is not None else None
         return x.new_empty(x.shape if mask[0] else (0,)), (x.new_empty((0,)) if gw is None else gw)
 
@@ -699,7 +700,7 @@ def _rms_norm_op() -> Any:
         return _rms_norm_forward(x, tuple(normalized_shape), weight, eps)
 
     @op.register_fake
-    def _(x, normalized_shape, weight, eps):  # noqa: ANN001, ANN202
+    def _(x, normalized_shape, weight, eps):
         axis = x.dim() - len(normalized_shape)
         y = x.new_empty(x.shape, dtype=torch.result_type(x, weight) if weight is not None else x.dtype)
         return y, x.new_empty((*x.shape[:axis], *(1,) * len(normalized_shape)), dtype=torch.float32)
