@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/capture.py
 	$(PY) benchmarks/sim_kernels.py
 	$(PY) benchmarks/tinygrad_training.py
+	$(PY) benchmarks/import_time.py
 
 conformance: $(STAMP)
 	$(PY) -m pytest -q -m conformance

@@ -5,6 +5,7 @@ Without a card the HAL runs a simulated P150A, so everything here works on any C
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -22,13 +23,13 @@ from kohakutt.errors import (
     ProgramError,
     TraceError,
 )
-from kohakutt.hal import profile
-from kohakutt.ir.numerics import Fidelity, numerics
 
 if TYPE_CHECKING:
     import torch
 
     from kohakutt.frontends.torch.capture import Replay
+    from kohakutt.hal import profile
+    from kohakutt.ir.numerics import Fidelity, numerics
 
 __version__ = "0.1.0"
 
@@ -55,6 +56,19 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    # loaded on first use: `import kohakutt` stays cheap (torch's autoload imports this package at `import torch`)
+    if name == "profile":
+        from kohakutt.hal import profile
+
+        return profile
+    if name in ("Fidelity", "numerics"):
+        import importlib
+
+        return getattr(importlib.import_module("kohakutt.ir.numerics"), name)
+    raise AttributeError(f"module 'kohakutt' has no attribute {name!r}")
+
+
 def device(index: int = 0) -> torch.device:
     """Chip ``index`` as a torch device ``tt:<index>``; the first call makes ``tt`` a torch device."""
     from kohakutt.frontends.torch import device as _device
@@ -78,3 +92,9 @@ def cpu_fallback(enabled: bool | None = True) -> None:
 
     install()
     _cpu_fallback(enabled)
+
+
+if "torch" in sys.modules:  # torch is loaded: make tt a torch device now (cheap), as torch's autoload would
+    from kohakutt.frontends.torch import autoload as _autoload
+
+    _autoload()

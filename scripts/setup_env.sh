@@ -33,6 +33,15 @@ if ! "$venv/bin/python" -c 'import torch, sys; v = tuple(int(x) for x in torch._
 fi
 echo "setup: installing kohakutt and its dev and tinygrad extras"
 "${pip[@]}" install -e ".[dev,tinygrad]"
+# Hugging Face transformers and accelerate for tests/integration; both depend on torch, so the installed torch is
+# pinned (a resolver free to upgrade it could pull a multi-GB CUDA build).
+torch_version=$("$venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')
+constraints=$(mktemp)
+trap 'rm -f "$constraints"' EXIT
+echo "torch==$torch_version" >"$constraints"
+echo "setup: installing transformers and accelerate (torch pinned at $torch_version)"
+"${pip[@]}" install -c "$constraints" "transformers==5.25.0" "accelerate==1.16.0"
+"$venv/bin/python" -c "import sys, torch; v = torch.__version__.split('+')[0]; sys.exit(0 if v == '$torch_version' else f'setup: torch moved to {torch.__version__}')"
 # tinygrad's CPU device (the reference of the KTT benchmark and of make conformance-tinygrad) compiles with clang.
 if ! command -v clang >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -35,23 +35,29 @@ from kohakutt.kernels.tensor import DeviceTensor, check_int32, decode, empty, st
 Operand = DeviceTensor | float | int | bool
 
 _rng_lock = threading.Lock()
-_rng: dict[int, list[int]] = {}  # chip -> [seed, offset]
+_rng: dict[int, list[int]] = {}  # chip -> [seed, offset]: the chip's random stream, offset in Philox blocks
 
 
-def manual_seed(device: Device, seed: int) -> None:
-    """Restart ``device``'s random stream at ``seed``."""
+def _chip(device: Device | int) -> int:
+    return device if isinstance(device, int) else device.chip_id
+
+
+def manual_seed(device: Device | int, seed: int) -> None:
+    """Restart the random stream of ``device`` (a device or a chip index: the chip need not be open) at ``seed``."""
     with _rng_lock:
-        _rng[device.chip_id] = [int(seed) & (2**64 - 1), 0]
+        _rng[_chip(device)] = [int(seed) & (2**64 - 1), 0]
 
 
-def rng_state(device: Device) -> tuple[int, int]:
+def rng_state(device: Device | int) -> tuple[int, int]:
+    """(seed, offset) of the chip's random stream: the next random op draws from block ``offset`` of Philox keyed by
+    ``seed``. Ops take their blocks when queued, so this is the state after every draw queued so far."""
     with _rng_lock:
-        return tuple(_rng.setdefault(device.chip_id, [0, 0]))  # type: ignore[return-value]
+        return tuple(_rng.setdefault(_chip(device), [0, 0]))  # type: ignore[return-value]
 
 
-def set_rng_state(device: Device, state: tuple[int, int]) -> None:
+def set_rng_state(device: Device | int, state: tuple[int, int]) -> None:
     with _rng_lock:
-        _rng[device.chip_id] = [int(state[0]), int(state[1])]
+        _rng[_chip(device)] = [int(state[0]) & (2**64 - 1), int(state[1]) & (2**64 - 1)]
 
 
 _source = threading.local()  # .take: where the calling thread's random ops draw from instead of the chip stream

@@ -27,13 +27,14 @@ enum Op : int32_t {
   ALLOC = 1, FREE = 2, COPY = 3, SYNC_DEVICE = 4, STREAM_SYNC = 5, STREAM_QUERY = 6, EVENT_RECORD = 7,
   EVENT_BLOCK = 8, EVENT_QUERY = 9, EVENT_SYNC = 10, EVENT_DESTROY = 11, EVENT_ELAPSED_US = 12, DEVICE_COUNT = 13,
   STATS = 14, RESET_PEAK = 15, EMPTY_CACHE = 16, MEMORY_INFO = 17, NEW_STREAM = 18, RESET_ACCUMULATED = 19,
+  RNG_GET = 20, RNG_SET = 21,
 };
 
 using Callback = int64_t (*)(int32_t op, int64_t a, int64_t b, int64_t c, int64_t d);
 Callback g_cb = nullptr;
 thread_local std::string g_error;
 thread_local c10::DeviceIndex g_device = 0;
-thread_local int64_t g_stream[64] = {0};
+thread_local int64_t g_stream[64] = {0};  // kMaxDevices
 
 int64_t call(Op op, int64_t a = 0, int64_t b = 0, int64_t c = 0, int64_t d = 0) {
   TORCH_CHECK(g_cb != nullptr, "the tt device is not initialised: import kohakutt.torch first");
@@ -192,20 +193,24 @@ struct TTGuard final : public c10::impl::DeviceGuardImplInterface {
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
 };
 
-// torch.Generator(device="tt"): a Philox stream of its own, (seed, offset) with the offset counted in the stream's
-// 128-bit blocks. The draws are made in Python, which reads and advances the offset (initial_seed / get_offset /
-// set_offset); the state is 16 bytes, seed then offset, little-endian, as torch.tt.get_rng_state's.
+// torch.Generator(device="tt"): a Philox stream, (seed, offset) with the offset counted in the stream's 128-bit
+// blocks. The draws are made in Python, which reads and advances the offset (initial_seed / get_offset / set_offset);
+// the state is 16 bytes, seed then offset, little-endian, as torch.tt.get_rng_state's. A chip's default generator
+// holds no state of its own: it reads and writes the chip's random stream (RNG_GET / RNG_SET), the one that random
+// ops without a generator draw from, so saving and restoring it replays those draws.
 struct TTGenerator final : public c10::GeneratorImpl {
-  explicit TTGenerator(c10::DeviceIndex d)
+  TTGenerator(c10::DeviceIndex d, bool chip_stream)
       : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, d),
-                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {}
-  void set_current_seed(uint64_t seed) override {
-    seed_ = seed;
-    offset_ = 0;
+                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+        chip_stream_(chip_stream) {}
+  void set_current_seed(uint64_t seed) override { put(seed, 0); }
+  void set_offset(uint64_t offset) override { put(current_seed(), offset); }
+  uint64_t get_offset() const override {
+    return chip_stream_ ? static_cast<uint64_t>(call(RNG_GET, device().index(), 1)) : offset_;
   }
-  void set_offset(uint64_t offset) override { offset_ = offset; }
-  uint64_t get_offset() const override { return offset_; }
-  uint64_t current_seed() const override { return seed_; }
+  uint64_t current_seed() const override {
+    return chip_stream_ ? static_cast<uint64_t>(call(RNG_GET, device().index(), 0)) : seed_;
+  }
   uint64_t seed() override {
     std::random_device rd;
     uint64_t s = (static_cast<uint64_t>(rd()) << 32) | rd();
@@ -217,33 +222,61 @@ struct TTGenerator final : public c10::GeneratorImpl {
                 "a tt generator state is 16 bytes (a uint8 tensor from get_state()), got ", state.numel(), " of ",
                 state.dtype().name());
     const auto* p = static_cast<const uint8_t*>(state.data());
-    std::memcpy(&seed_, p, 8);
-    std::memcpy(&offset_, p + 8, 8);
+    uint64_t seed = 0, offset = 0;
+    std::memcpy(&seed, p, 8);
+    std::memcpy(&offset, p + 8, 8);
+    put(seed, offset);
   }
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
     at::TensorBase t = at::detail::empty_cpu({16}, c10::ScalarType::Byte, std::nullopt, std::nullopt, std::nullopt,
                                              std::nullopt);
     auto* p = static_cast<uint8_t*>(t.data_ptr());
-    std::memcpy(p, &seed_, 8);
-    std::memcpy(p + 8, &offset_, 8);
+    uint64_t seed = current_seed(), offset = get_offset();
+    std::memcpy(p, &seed, 8);
+    std::memcpy(p + 8, &offset, 8);
     return t.getIntrusivePtr();
   }
   static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
 
  private:
-  TTGenerator* clone_impl() const override {
-    auto* g = new TTGenerator(device().index());
-    g->seed_ = seed_;
-    g->offset_ = offset_;
+  void put(uint64_t seed, uint64_t offset) {
+    if (chip_stream_) {
+      call(RNG_SET, device().index(), static_cast<int64_t>(seed), static_cast<int64_t>(offset));
+    } else {
+      seed_ = seed;
+      offset_ = offset;
+    }
+  }
+  TTGenerator* clone_impl() const override {  // a copy of the state, never the chip's stream itself
+    auto* g = new TTGenerator(device().index(), false);
+    g->seed_ = current_seed();
+    g->offset_ = get_offset();
     return g;
   }
+  bool chip_stream_;
   uint64_t seed_ = 67280421310721ULL;  // torch's default seed
   uint64_t offset_ = 0;
 };
 
+constexpr int kMaxDevices = 64;
+std::mutex g_default_gen_mu;
+at::Generator g_default_gens[kMaxDevices];
+thread_local bool g_next_is_default = false;
+
 struct TTHooks final : public at::PrivateUse1HooksInterface {
   at::Generator getNewGenerator(c10::DeviceIndex d) const override {
-    return at::make_generator<TTGenerator>(d < 0 ? g_device : d);
+    if (g_next_is_default) {  // torch.tt.default_generators: a Python handle on the chip's default generator
+      g_next_is_default = false;
+      return getDefaultGenerator(d);
+    }
+    return at::make_generator<TTGenerator>(d < 0 ? g_device : d, false);
+  }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex d) const override {
+    auto i = d < 0 ? g_device : d;
+    TORCH_CHECK(i < kMaxDevices, "tt:", static_cast<int>(i), " is beyond the ", kMaxDevices, " devices the glue holds");
+    std::lock_guard<std::mutex> lock(g_default_gen_mu);
+    if (!g_default_gens[i].defined()) g_default_gens[i] = at::make_generator<TTGenerator>(i, true);
+    return g_default_gens[i];
   }
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return g_cb != nullptr; }
@@ -326,6 +359,9 @@ int ktt_torch_adopt_storage(void* impl, void* storage) {
   }
 }
 int64_t ktt_torch_current_stream(int device) { return g_stream[device]; }
+
+// The next torch.Generator(device="tt:<i>") made by this thread is tt:<i>'s default generator (not a new one).
+void ktt_torch_next_generator_is_default() { g_next_is_default = true; }
 
 // Gives the fresh tensor `impl` (a TensorImpl*) a new storage of `nbytes` over device memory `ptr` on tt:<device>,
 // which the caller allocated (its death reaches Python like any tt storage's: see delete_tt), then sizes and strides

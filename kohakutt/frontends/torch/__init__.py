@@ -1,18 +1,18 @@
 """The PyTorch frontend: the card as the torch device ``tt``.
 
-:func:`install` (called by :func:`kohakutt.device`) renames PrivateUse1 to ``tt``, loads the C++ glue (allocator,
-device guard, hooks), registers ``torch.tt`` and the aten kernels, and a fallback for every other op that either
-raises :class:`~kohakutt.errors.KohakuTTUnsupportedOperator` or, when asked, runs the op on the CPU.
+Two halves. :func:`register` is cheap and runs at ``import torch`` (the ``torch.backends`` entry point; off with
+``TORCH_DEVICE_BACKEND_AUTOLOAD=0``) and at ``import kohakutt`` when torch is loaded: it renames PrivateUse1 to
+``tt``, registers ``torch.tt`` and the tensor methods, and loads the C++ glue if a build of it is cached. It opens no
+chip, starts no thread and imports neither tinygrad nor the op library. The heavy half (:mod:`.backend`: the glue
+built if needed and routed to the HAL, the aten kernels) runs on first real use, from ``torch.tt._lazy_init``,
+which torch calls before it makes a tensor on tt; :func:`install` runs it on request.
 """
 
 from __future__ import annotations
 
-import atexit
 import functools
 import itertools
-import sys
 import threading
-import types
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -20,13 +20,12 @@ from typing import Any
 
 import torch
 from kohakutt import config
-from kohakutt.errors import KohakuTTUnsupportedOperator
-from kohakutt.frontends.torch import amp, runtime
+from kohakutt.errors import DeviceError
 from kohakutt.frontends.torch import module as tt_module
+from kohakutt.frontends.torch import native
 
-_installed = False
-_lock = threading.Lock()
-_libs: list[torch.library.Library] = []
+_registered = False
+_lock = threading.RLock()
 _fallback_enabled: bool | None = None  # None: follow KTT_CPU_FALLBACK
 fallback_counts: Counter[str] = Counter()
 unregistered: list[str] = []  # table entries left out: CompositeImplicitAutograd ops that decompose instead
@@ -42,87 +41,81 @@ def fallback_enabled() -> bool:
     return bool(config.get("KTT_CPU_FALLBACK")) if _fallback_enabled is None else _fallback_enabled
 
 
-def _to_cpu(x: Any) -> Any:
-    if isinstance(x, torch.Tensor) and x.device.type == "tt":
-        return x.cpu()
-    if isinstance(x, list | tuple):
-        return type(x)(_to_cpu(y) for y in x)
-    return x
+def autoload() -> None:
+    """The ``torch.backends`` entry point: :func:`register`, warning instead of raising (a failure here must not
+    break ``import torch``; the first use of tt then raises what went wrong)."""
+    try:
+        register()
+    except Exception as e:
+        warnings.warn(f"Kohaku-TT could not register the tt device at import torch: {e}", stacklevel=2)
 
 
-def _to_tt(x: Any, index: int) -> Any:
-    if isinstance(x, torch.Tensor) and x.device.type == "cpu":
-        return x.to(torch.device("tt", index))
-    if isinstance(x, list | tuple):
-        return type(x)(_to_tt(y, index) for y in x)
-    return x
+def register() -> None:
+    """Make ``tt`` a torch device, cheaply (see the module's docstring). Idempotent. A cached glue that fails to load
+    is left to the first use, which builds or loads it again and raises what goes wrong."""
+    global _registered
+    if _registered:
+        return
+    with _lock:
+        if _registered:
+            return
+        name = torch._C._get_privateuse1_backend_name()
+        if name not in ("privateuseone", "tt"):
+            raise DeviceError(
+                f"PyTorch's PrivateUse1 device is already {name!r} in this process, so it cannot be tt: load one "
+                "out-of-tree device per process (TORCH_DEVICE_BACKEND_AUTOLOAD=0 stops torch from loading them all)"
+            )
+        if name != "tt":
+            torch.utils.rename_privateuse1_backend("tt")
+        if getattr(torch, "tt", None) is not tt_module:
+            torch._register_device_module("tt", tt_module)
+        if not hasattr(torch.Tensor, "is_tt"):
+            torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+        _install_printing()
+        _keep_parameters_on_conversion()
+        try:
+            lib = native.load_cached()
+        except Exception:
+            lib = None
+        if lib is not None:
+            lib.ktt_torch_install(_first_call_cb)  # the glue's allocator, guard and hooks answer from now on
+        _registered = True
 
 
-def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
-    name = f"{op._schema.name.split('::')[-1]}{'.' + op._overloadname if op._overloadname != 'default' else ''}"
-    if not fallback_enabled():
-        raise KohakuTTUnsupportedOperator(
-            f"aten::{name} has no tt kernel yet. Run it on the CPU with kohakutt.cpu_fallback(True) or "
-            "KTT_CPU_FALLBACK=1 (counted and warned once per op), or move its inputs to the CPU yourself"
-        )
-    fallback_counts[name] += 1
-    if fallback_counts[name] == 1:
-        warnings.warn(f"aten::{name} has no tt kernel: running it on the CPU (kohakutt.cpu_fallback)", stacklevel=2)
-    index = 0
-    for x in [*args, *kwargs.values()]:
-        if isinstance(x, torch.Tensor) and x.device.type == "tt":
-            index = x.device.index or 0
-            break
-    cargs, ckw = _to_cpu(args), {k: _to_cpu(v) for k, v in kwargs.items()}
-    result = op(*cargs, **ckw)
-    # write back every argument the op mutates
-    written = [a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-    names = [a.name for a in op._schema.arguments]
-    bound = dict(zip(names, args)) | kwargs
-    cbound = dict(zip(names, cargs)) | ckw
-    for w in written:
-        dst, src = bound.get(w), cbound.get(w)
-        pairs = zip(dst, src) if isinstance(dst, list | tuple) else [(dst, src)]  # Tensor[] arguments (_foreach_*)
-        for d, c in pairs:
-            if isinstance(d, torch.Tensor) and d.device.type == "tt":
-                if d.shape != c.shape:
-                    d.resize_(c.shape)
-                d.copy_(c)
-    if not op._schema.returns:
-        return None
-    if written and len(op._schema.returns) == 1 and op._schema.returns[0].alias_info is not None:
-        return bound[written[0]]
-    if written and all(r.alias_info is not None for r in op._schema.returns):
-        return tuple(bound[w] for w in written)
-    return _to_tt(result, index)
+def _first_call(op: int, a: int, b: int, c: int, d: int) -> int:
+    """The glue's callback until the device is initialised: a device count is answered here; anything else (an
+    allocation, a generator's state) initialises the device, which routes the glue to the HAL, and goes there."""
+    try:
+        if op == native.DEVICE_COUNT:
+            return tt_module.device_count()
+        install()
+        from kohakutt.frontends.torch import runtime
+
+        return runtime._entry(op, a, b, c, d)
+    except BaseException as e:  # never let an exception cross into C++: hand it over as a message
+        lib = native.loaded()
+        if lib is not None:
+            lib.ktt_torch_set_error(f"{type(e).__name__}: {e}".encode("utf-8", "replace"))
+        return 0
+
+
+_first_call_cb = native.CALLBACK(_first_call)  # kept alive for the process
 
 
 def install() -> None:
-    """Make ``tt`` a torch device. Idempotent; the first call builds the C++ glue if needed (~5 s, once)."""
-    global _installed
-    if _installed:
-        return
-    with _lock:
-        if _installed:
-            return
-        runtime.install()
-        if torch._C._get_privateuse1_backend_name() != "tt":
-            torch.utils.rename_privateuse1_backend("tt")
-        mod = types.ModuleType("torch.tt")
-        for k in dir(tt_module):
-            if not k.startswith("__"):
-                setattr(mod, k, getattr(tt_module, k))
-        torch._register_device_module("tt", mod)
-        torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
-        _register_kernels()
-        _install_printing()
-        _keep_parameters_on_conversion()
-        if "torch._dynamo" in sys.modules:  # else the compile backends' module does it when torch.compile loads them
-            from torch._dynamo import trace_rules
+    """Make ``tt`` a working torch device now: :func:`register`, then initialise it (``torch.tt.init()``). Idempotent;
+    the first call builds the C++ glue if it is not cached (~5 s, once per torch version)."""
+    register()
+    tt_module._lazy_init()
 
-            trace_rules.add("kohakutt")  # Dynamo never traces into the tt kernels' Python
-        atexit.register(_shutdown)
-        _installed = True
+
+def device(index: int = 0) -> torch.device:
+    """Chip ``index`` as a torch device, ``tt:<index>`` (installs the tt device on first use)."""
+    install()
+    from kohakutt.frontends.torch import runtime
+
+    runtime.device(index)
+    return torch.device("tt", index)
 
 
 def dispatched(name: str) -> bool:
@@ -143,41 +136,18 @@ def decomposes(name: str) -> bool:
     )
 
 
-def _register_kernels() -> None:
-    from kohakutt.frontends.torch.aten import all_kernels
-
-    lib = torch.library.Library("aten", "IMPL")
-    kernels = all_kernels()
-    own_autograd = {k.name for k in kernels.values() if k.dispatch_key == "AutogradPrivateUse1"}
-    for k in kernels.values():
-        if not dispatched(k.name):
-            continue
-        if k.dispatch_key == "PrivateUse1" and k.name not in own_autograd and decomposes(k.name):
-            # a backend kernel would hide the op's decomposition from autograd (no gradient, only a warning):
-            # the op decomposes into ops that have tt kernels instead
-            unregistered.append(k.name)
-            continue
-        lib.impl(k.name, k.fn, k.dispatch_key)
-    fb = torch.library.Library("_", "IMPL")
-    fb.fallback(_fallback, dispatch_key="PrivateUse1")
-    amp_fallthrough = torch.library.Library("_", "IMPL")
-    amp_fallthrough.fallback(torch.library.fallthrough_kernel, dispatch_key="AutocastPrivateUse1")
-    amp_rules = torch.library.Library("aten", "IMPL")
-    amp.register(amp_rules)
-    _libs.extend([lib, fb, amp_fallthrough, amp_rules])
-
-
 def _install_printing() -> None:
     """Print tt tensors from one host copy: torch's printer otherwise runs dozens of small ops per tensor on the
     device (one host read per element, and float64 casts the card cannot hold)."""
     from torch import _tensor_str as ts
-    from torch._subclasses.fake_tensor import is_fake
 
     original = ts._str
     if getattr(original, "_ktt", False):
         return
 
     def _str(self: torch.Tensor, *, tensor_contents: str | None = None) -> str:
+        from torch._subclasses.fake_tensor import is_fake
+
         if tensor_contents is None and self.device.type == "tt" and self.layout == torch.strided and not is_fake(self):
             with torch.no_grad():
                 host = self.detach().cpu()
@@ -229,14 +199,3 @@ def _keep_parameters_on_conversion() -> None:
     module.to = wrap(module.to, lambda a, k: torch._C._nn._parse_to(*a, **k)[0])  # type: ignore[method-assign]
     module.cpu = wrap(module.cpu, lambda a, k: None)  # type: ignore[method-assign]
     module.tt = wrap(module.tt, lambda a, k: "tt")  # type: ignore[attr-defined]
-
-
-def _shutdown() -> None:
-    runtime.uninstall()
-
-
-def device(index: int = 0) -> torch.device:
-    """Chip ``index`` as a torch device, ``tt:<index>`` (installs the tt device on first use)."""
-    install()
-    runtime.device(index)
-    return torch.device("tt", index)

@@ -4,12 +4,14 @@ PyTorch makes storages by device through a c10 allocator, and only C++ can insta
 built against the installed torch's headers (no pybind, no ``torch/extension.h``: about 5 s with g++), cached at
 ``<cache>/torch/<key>/libktt_torch.so`` where ``key`` hashes the source, the torch version and the compiler, so an
 upgrade of torch builds a new library. Everything the glue does is decided by one Python callback (``runtime.py``).
+
+This module stays light (torch, the knobs, the errors): registering ``tt`` at ``import torch`` loads a glue that is
+already built (:func:`load_cached`), and the build itself waits for the first real use (:func:`load`).
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import os
 import shlex
@@ -25,6 +27,13 @@ from kohakutt.errors import KohakuTTError
 SOURCE = Path(__file__).resolve().parents[3] / "native" / "torch" / "ktt_torch.cpp"
 LIBRARY_NAME = "libktt_torch.so"
 CXXFLAGS = ("-std=c++20", "-O2", "-fPIC", "-shared", "-Wno-deprecated-declarations")
+
+# The callback's requests (the glue's enum Op).
+ALLOC, FREE, COPY, SYNC_DEVICE, STREAM_SYNC, STREAM_QUERY, EVENT_RECORD, EVENT_BLOCK, EVENT_QUERY, EVENT_SYNC = range(
+    1, 11
+)
+EVENT_DESTROY, EVENT_ELAPSED_US, DEVICE_COUNT, STATS, RESET_PEAK, EMPTY_CACHE, MEMORY_INFO, NEW_STREAM = range(11, 19)
+RESET_ACCUMULATED, RNG_GET, RNG_SET = range(19, 22)
 
 CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_int64, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64
@@ -57,15 +66,18 @@ def _torch_dirs() -> tuple[Path, Path]:
 
 
 def build_key(compiler: list[str]) -> str:
+    """The cache folder's name: a hash of the source, the torch build and the compiler (its resolved file's size
+    and time stamp stand for its version: no process is started, so the key is cheap at ``import torch``)."""
     h = hashlib.sha256()
     h.update(SOURCE.read_bytes())
     h.update(torch.__version__.encode() + b"\0" + str(_torch_dirs()[0]).encode())
-    h.update("\0".join([shutil.which(compiler[0]) or compiler[0], *compiler[1:], *CXXFLAGS]).encode())
+    exe = shutil.which(compiler[0]) or compiler[0]
+    h.update("\0".join([exe, *compiler[1:], *CXXFLAGS]).encode())
     try:
-        version = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise TorchGlueError(f"cannot run the C++ compiler {compiler[0]!r}: {e}; install g++ or set KTT_CXX") from e
-    h.update(version.encode())
+        st = os.stat(os.path.realpath(exe))
+        h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+    except OSError as e:
+        raise TorchGlueError(f"cannot find the C++ compiler {compiler[0]!r}: {e}; install g++ or set KTT_CXX") from e
     return f"torch-{torch.__version__.split('+')[0]}-{h.hexdigest()[:16]}"
 
 
@@ -115,10 +127,31 @@ def build(root: Path, compiler: list[str]) -> Path:
     return target
 
 
-@functools.cache
+_lib: ctypes.CDLL | None = None
+
+
+def loaded() -> ctypes.CDLL | None:
+    """The glue if it is loaded in this process, else None."""
+    return _lib
+
+
+def load_cached() -> ctypes.CDLL | None:
+    """The glue if a build for this torch and source is in the cache (loaded now), else None: never compiles."""
+    if _lib is not None:
+        return _lib
+    target = config.cache_dir() / "torch" / build_key(find_compiler(config.get("KTT_CXX"))) / LIBRARY_NAME
+    return _open(target) if target.exists() else None
+
+
 def load() -> ctypes.CDLL:
     """The glue library (built on first use), with its functions' signatures set."""
-    path = build(config.cache_dir() / "torch", find_compiler(config.get("KTT_CXX")))
+    if _lib is not None:
+        return _lib
+    return _open(build(config.cache_dir() / "torch", find_compiler(config.get("KTT_CXX"))))
+
+
+def _open(path: Path) -> ctypes.CDLL:
+    global _lib
     try:
         lib = ctypes.PyDLL(str(path), mode=ctypes.RTLD_GLOBAL)  # keeps the GIL: calls are short
     except OSError as e:
@@ -137,7 +170,16 @@ def load() -> ctypes.CDLL:
     lib.ktt_torch_pending_frees.restype = ctypes.c_int64
     lib.ktt_torch_take_frees.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
     lib.ktt_torch_take_frees.restype = ctypes.c_int64
-    lib.ktt_torch_set_buffer.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int64,
-                                         ctypes.POINTER(ctypes.c_int64)]
+    lib.ktt_torch_set_buffer.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int,
+        ctypes.c_int64,
+        ctypes.POINTER(ctypes.c_int64),
+    ]
     lib.ktt_torch_set_buffer.restype = ctypes.c_int
+    lib.ktt_torch_next_generator_is_default.argtypes = []
+    lib.ktt_torch_next_generator_is_default.restype = None
+    _lib = lib
     return lib

@@ -20,15 +20,33 @@ import torch
 from kohakutt import hal
 from kohakutt.errors import BufferUseError, DeviceError, OutOfMemoryError
 from kohakutt.frontends.torch import native
+from kohakutt.frontends.torch.native import (
+    ALLOC,
+    COPY,
+    DEVICE_COUNT,
+    EMPTY_CACHE,
+    EVENT_BLOCK,
+    EVENT_DESTROY,
+    EVENT_ELAPSED_US,
+    EVENT_QUERY,
+    EVENT_RECORD,
+    EVENT_SYNC,
+    FREE,
+    MEMORY_INFO,
+    NEW_STREAM,
+    RESET_ACCUMULATED,
+    RESET_PEAK,
+    RNG_GET,
+    RNG_SET,
+    STATS,
+    STREAM_QUERY,
+    STREAM_SYNC,
+    SYNC_DEVICE,
+)
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.device import Device
 from kohakutt.hal.stream import Event, Stream
-
-ALLOC, FREE, COPY, SYNC_DEVICE, STREAM_SYNC, STREAM_QUERY, EVENT_RECORD, EVENT_BLOCK, EVENT_QUERY, EVENT_SYNC = range(
-    1, 11
-)
-EVENT_DESTROY, EVENT_ELAPSED_US, DEVICE_COUNT, STATS, RESET_PEAK, EMPTY_CACHE, MEMORY_INFO, NEW_STREAM = range(11, 19)
-RESET_ACCUMULATED = 19
+from kohakutt.kernels import runner
 
 _lock = threading.RLock()
 _devices: dict[int, Device] = {}
@@ -272,7 +290,15 @@ def _dispatch(op: int, a: int, b: int, c: int, d: int) -> int:
     elif op == RESET_ACCUMULATED:
         st = device(a).memory_stats()
         _accumulated[a] = (st["num_allocs"], st["num_frees"])
+    elif op == RNG_GET:  # a default generator reads its chip's random stream: (seed, offset)[b], as an int64
+        v = runner.rng_state(a)[b]
+        return v - (1 << 64) if v >= 1 << 63 else v
+    elif op == RNG_SET:
+        runner.set_rng_state(a, (b & _U64, c & _U64))
     return 0
+
+
+_U64 = (1 << 64) - 1
 
 
 def _entry(op: int, a: int, b: int, c: int, d: int) -> int:

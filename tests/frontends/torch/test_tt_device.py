@@ -327,6 +327,19 @@ def test_torch_tt_device_functions():
     assert torch.tt.current_device() == 0
 
 
+def test_torch_tt_device_properties_name_and_memory_summary():
+    from kohakutt.hal.card import P150A
+
+    p = torch.tt.get_device_properties(0)
+    assert (p.name, p.total_memory, p.multi_processor_count) == (P150A.name, P150A.dram_bytes, P150A.cores)
+    assert torch.tt.get_device_name() == P150A.name and torch.tt.get_device_capability() == (0, 0)
+    x = torch.empty(3 << 20, dtype=torch.uint8, device=DEV)
+    summary = torch.tt.memory_summary()
+    mib = f"{torch.tt.memory_allocated() / 2**20:.2f} MiB"
+    assert P150A.name in summary and mib in summary.splitlines()[4], summary
+    del x
+
+
 def test_torch_tt_memory_statistics_follow_allocations():
     gc.collect()
     torch.tt.synchronize()  # runs the frees of everything collected

@@ -3,7 +3,9 @@
 The stream is Philox4x32-10 keyed by the chip's seed, and every random op takes the next block of it, so
 ``torch.manual_seed(s)`` (which reaches ``torch.tt.manual_seed_all``, as it does ``torch.cuda``) or
 ``torch.tt.manual_seed(s)`` replays the same numbers, and ``torch.tt.get_rng_state`` / ``set_rng_state`` save and
-restore a point in it. The numbers are not the CPU generator's: tests check distributions and reproducibility.
+restore a point in it; ``torch.tt.default_generators[i]`` reads and writes chip ``i``'s stream, so passing it as
+``generator=`` is the same as passing none. The numbers are not the CPU generator's: tests check distributions and
+reproducibility.
 A ``torch.Generator(device="tt")`` passed as ``generator=`` is a Philox stream of its own (its seed, and an offset
 in blocks that each draw moves on), so its numbers repeat under ``generator.manual_seed(s)`` whatever else draws.
 
@@ -40,7 +42,7 @@ def _with_generator(impl: Callable[[Args, list[torch.Tensor]], None]) -> Callabl
 
     def run(a: Args, outs: list[torch.Tensor]) -> None:
         g = a.get("generator")
-        if g is None:
+        if g is None or any(g is d for d in torch.tt.default_generators):  # a chip's default: its random stream
             return impl(a, outs)
         if g.device.type != "tt":
             raise DeviceError(
