@@ -401,3 +401,20 @@ def test_resize_to_the_same_size_keeps_strides_as_on_the_cpu():
         assert x.stride() == before
         x.resize_as_(torch.empty(5, 3, 4))
         assert x.stride() == before
+
+
+def test_sdpa_backward_returns_what_its_shape_function_says():
+    """Every output of SDPA's backward, as its shape function has them: q, k, v gradients even where not asked for,
+    and one like a mask that needs no gradient (HF's additive mask)."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 4, 8).to(DEV) for _ in range(3))
+    mask = torch.randn(1, 1, 4, 4).to(DEV)
+    out, lse, *_ = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(q, k, v, mask)
+    args = (torch.ones_like(out), q, k, v, mask, [True, False, True, False], out, lse, None, None, 4, 4, 0.0, False,
+            None, None)  # fmt: skip
+    real = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward(*args)
+    mode = mc.fake_mode()
+    with mode:
+        fargs = mc.to_fake(mode, args)
+        fake = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward(*fargs)
+    assert not mc.compare_outputs("sdpa_backward", real, fake, args, fargs, "")

@@ -844,8 +844,11 @@ def sdpa_fused_backward(
     mask = [] if attn_bias is None else [attn_bias]
     card("sdpa_backward", grad_out, query, key, value, out, logsumexp, *mask, out=outs, is_causal=bool(is_causal),
          scale=scale)  # fmt: skip
-    keep = list(grad_input_mask[:3])
-    return (*(_masked(o, bool(m)) for o, m in zip(outs, keep)), None)
+    # as PyTorch's shape function: the three gradients always (all are computed), and one like the mask when there is
+    # one (never written: tt refuses a gradient for the mask above)
+    bias = None if attn_bias is None else tensors.new(attn_bias.shape, tensors.preserved_strides(attn_bias),
+                                                      attn_bias.dtype, card.index)  # fmt: skip
+    return (*outs, bias)
 
 
 def _additive_mask(
