@@ -246,7 +246,7 @@ def _tensors_on_tt(x: Any, layout: str) -> Any:
     return pytree.tree_map_only(torch.Tensor, lambda t: in_layout(t, layout), x)
 
 
-FORMS = ("functional", "inplace", "out", "out-resize", "grad")
+FORMS = ("functional", "inplace", "out", "out-resize", "grad", "grad-input")
 
 
 def _fake_run(fn: Any, inputs: tuple) -> tuple[Any, Any, str | None]:
@@ -267,7 +267,7 @@ def _fake_run(fn: Any, inputs: tuple) -> tuple[Any, Any, str | None]:
     return out, fake_in, None
 
 
-def _float_leaves(x: Any) -> list[torch.Tensor]:
+def float_leaves(x: Any) -> list[torch.Tensor]:
     return [t for t in pytree.tree_leaves(x) if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
@@ -275,8 +275,8 @@ def _grad_step(fn: Any) -> Any:
     """``fn`` followed by the gradients of its floating outputs with respect to its floating inputs."""
 
     def run(inp: Any, args: Any, kwargs: Any) -> Any:
-        ins = [t for t in _float_leaves((inp, args, kwargs)) if t.requires_grad]
-        outs = [o for o in _float_leaves(fn(inp, *args, **kwargs)) if o.requires_grad]
+        ins = [t for t in float_leaves((inp, args, kwargs)) if t.requires_grad]
+        outs = [o for o in float_leaves(fn(inp, *args, **kwargs)) if o.requires_grad]
         if not ins or not outs:
             return ()
         grads = torch.autograd.grad(outs, ins, [torch.ones_like(o) for o in outs], allow_unused=True)
@@ -324,10 +324,13 @@ def check_sample(
             fn = op.inplace_variant
         elif form in ("out", "out-resize"):
             kwargs = {**kwargs, "out": _out_tensors(like, layout, form == "out-resize")}
-        elif form == "grad":
-            for t in _float_leaves((inp, args, kwargs)):
+        elif form == "grad":  # every floating input needs a gradient
+            for t in float_leaves((inp, args, kwargs)):
                 t.requires_grad_(True)
-        call = _grad_step(fn) if form == "grad" else (lambda i, a, k: fn(i, *a, **k))
+        elif form == "grad-input":  # only the first (frozen weights: backward kernels asked for some outputs only)
+            for t in float_leaves(inp)[:1]:
+                t.requires_grad_(True)
+        call = _grad_step(fn) if form.startswith("grad") else (lambda i, a, k: fn(i, *a, **k))
         # the whole sample under fake tensors first (the real run may change its inputs)
         fake, fake_in, fake_error = _fake_run(call, (inp, args, kwargs))
         xref = CrossRefFake(where, kernels)

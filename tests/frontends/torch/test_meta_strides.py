@@ -78,7 +78,7 @@ def dtypes(op) -> list[torch.dtype]:
     return picked
 
 
-def forms(op, dtype: torch.dtype, layout: str) -> list[str]:
+def forms(op, sample, dtype: torch.dtype, layout: str) -> list[str]:
     out = []
     if op.inplace_variant is not None:
         out.append("inplace")
@@ -86,6 +86,8 @@ def forms(op, dtype: torch.dtype, layout: str) -> list[str]:
         out += ["out", "out-resize"]
     if op.supports_autograd and dtype.is_floating_point and layout != "strided":
         out.append("grad")
+        if len(mc.float_leaves((sample.input, sample.args, sample.kwargs))) > 1:
+            out.append("grad-input")  # the others frozen
     return out
 
 
@@ -108,7 +110,7 @@ def sweep(ops: list, limit: int | None, kernels: set[str] | None = None) -> tupl
                     if rep is None:
                         continue
                     report.merge(rep)
-                    for form in forms(op, dtype, layout):
+                    for form in forms(op, s, dtype, layout):
                         rep, _ = mc.check_sample(op, s, layout, f"{where} {form}", kernels, form, real)
                         runs += 1
                         if rep is not None:

@@ -566,7 +566,7 @@ def batch_norm_grad(
     mask = tuple(bool(m) for m in output_mask)
     pdt = weight.dtype if weight is not None else input.dtype
     outs = [
-        tensors.new(input.shape, _like_memory_format(input, input.shape), input.dtype, card.index)
+        tensors.new(input.shape, _grad_input_strides(grad_out, input, train), input.dtype, card.index)
         if mask[0]
         else card.empty((0,), input.dtype),
         _empty_like_mask(card, (c,), pdt, mask[1]),
@@ -576,6 +576,14 @@ def batch_norm_grad(
     card("batch_norm_backward", grad_out, input, mean, invstd, *ps, out=outs, training=bool(train), eps=float(eps),
          params=names, output_mask=mask)  # fmt: skip
     return tuple(_masked(o, m) for o, m in zip(outs, mask))
+
+
+def _grad_input_strides(grad_out: torch.Tensor, input: torch.Tensor, train: bool) -> tuple[int, ...]:
+    """batch norm's input gradient laid out as PyTorch's shape function lays it out: an element-wise result of the
+    output gradient and the input when training, of the output gradient alone in evaluation."""
+    from torch._prims_common import compute_elementwise_output_strides
+
+    return compute_elementwise_output_strides(grad_out, input) if train else tensors.preserved_strides(grad_out)
 
 
 @kernel("native_batch_norm_backward", ir=("batch_norm_backward",))
