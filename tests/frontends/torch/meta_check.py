@@ -12,9 +12,10 @@ storage). :func:`check_sample` also runs a whole OpInfo sample under FakeTensorM
 covers the kernels tt registers above autograd (``rms_norm``, ``scaled_dot_product_attention``): those run their
 own Python on the fake tensors, so they must handle them.
 
-Each sample runs in three layouts of its tt inputs: as given (contiguous), ``permuted`` (every tensor of two or more
-dims stored in reversed dim order, as a transposed or channels-last tensor is) and ``strided`` (every tensor a
-stride-2 slice of a larger buffer), since stride propagation only shows on inputs that are not contiguous.
+Each sample runs in four layouts of its tt inputs: as given (contiguous), ``permuted`` (every tensor of two or more
+dims stored in reversed dim order, as a transposed tensor is), ``strided`` (every tensor a stride-2 slice of a larger
+buffer) and ``channels_last`` (4- and 5-dim tensors as NHWC / NDHWC), since stride propagation only shows on inputs
+that are not contiguous.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from kohakutt.errors import DtypeError, KohakuTTUnsupportedOperator
 from kohakutt.frontends.torch.aten import all_kernels
 
 DEV = torch.device("tt", 0)
-LAYOUTS = ("contiguous", "permuted", "strided")
+LAYOUTS = ("contiguous", "permuted", "strided", "channels_last")
 # not checked: host reads, the copy to the host PyTorch does inside .cpu(), and the storage-level ops fake tensors do
 # not model
 SKIP = {"_local_scalar_dense", "_copy_from", "_copy_from_and_resize", "set_.source_Storage",
@@ -169,18 +170,20 @@ def to_fake(mode: FakeTensorMode, x: Any) -> Any:
 
 
 class CrossRefFake(TorchDispatchMode):
-    """Checks every aten call that reaches a registered tt kernel against the same call on fake tensors."""
+    """Checks every aten call with a tt tensor argument (or those named in ``only``) against the same call on fake
+    tensors. It sees the outermost calls below autograd, the ones a traced graph holds: a tt kernel, or an op whose
+    decomposition reaches tt kernels."""
 
-    def __init__(self, where: str = "", kernels: set[str] | None = None) -> None:
+    def __init__(self, where: str = "", only: set[str] | None = None) -> None:
         super().__init__()
         self.where = where
-        self.kernels = registered() if kernels is None else kernels
+        self.only = only
         self.report = Report()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         name = overload_name(func) if func.namespace == "aten" else ""
-        if name not in self.kernels or name in SKIP or not _has_tt((args, kwargs)):
+        if not name or name in SKIP or (self.only is not None and name not in self.only) or not _has_tt((args, kwargs)):
             return func(*args, **kwargs)
         fake_out, fake_in, state = None, None, "ok"
         try:
@@ -228,6 +231,12 @@ def _strided(t: torch.Tensor) -> torch.Tensor:
     return v
 
 
+def _channels_last(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in channels-last order if it has four or five dims (NHWC, NDHWC), else as it is."""
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
+    return t if fmt is None else t.contiguous(memory_format=fmt)
+
+
 def in_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
     """A detached tt copy of CPU tensor ``t`` laid out as ``layout`` (one of :data:`LAYOUTS`)."""
     x = t.detach().to(DEV)
@@ -235,7 +244,17 @@ def in_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
         return _permuted(x)
     if layout == "strided":
         return _strided(x)
+    if layout == "channels_last":
+        return _channels_last(x)
     return x
+
+
+def applies(layout: str, sample: Any) -> bool:
+    """Whether ``layout`` changes any tensor of ``sample`` (channels-last only changes 4- and 5-dim ones)."""
+    if layout != "channels_last":
+        return True
+    leaves = pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
+    return any(isinstance(t, torch.Tensor) and t.dim() in (4, 5) for t in leaves)
 
 
 def _devices(kwargs: dict) -> dict:
@@ -302,7 +321,7 @@ def check_sample(
     sample: Any,
     layout: str,
     where: str,
-    kernels: set[str] | None = None,
+    only: set[str] | None = None,
     form: str = "functional",
     like: Any = None,
 ) -> tuple[Report | None, Any]:
@@ -333,7 +352,7 @@ def check_sample(
         call = _grad_step(fn) if form.startswith("grad") else (lambda i, a, k: fn(i, *a, **k))
         # the whole sample under fake tensors first (the real run may change its inputs)
         fake, fake_in, fake_error = _fake_run(call, (inp, args, kwargs))
-        xref = CrossRefFake(where, kernels)
+        xref = CrossRefFake(where, only)
         torch.manual_seed(0)
         try:
             with xref:

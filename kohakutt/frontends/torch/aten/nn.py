@@ -151,12 +151,21 @@ def _conv_attrs(
     }
 
 
-def _like_memory_format(x: torch.Tensor, shape: Sequence[int]) -> tuple[int, ...] | None:
-    """Strides for a result of ``shape`` in ``x``'s channels-last order when ``x`` is channels-last, else None."""
-    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
-    if fmt is None or x.is_contiguous() or not x.is_contiguous(memory_format=fmt):
+def _conv_layout(input: torch.Tensor, weight: torch.Tensor, shape: Sequence[int]) -> tuple[int, ...] | None:
+    """Strides of a convolution result of ``shape`` (None: contiguous) as PyTorch's shape function lays it out, so
+    compiled graphs see what the card returns: the memory format PyTorch picks for the backend that convolutions on
+    this device take (``convolution_overrideable``), which is contiguous in PyTorch 2.13 even for a channels-last
+    input; 1-d convolutions are judged as 2-d ones over a contiguous input, as its fake kernel does."""
+    if weight.dim() == 3:
+        input = torch.empty(input.shape, device="meta").unsqueeze(2)
+        weight = torch.empty_strided(weight.shape, weight.stride(), device="meta").unsqueeze(2)
+    fmt = torch._C._conv_determine_backend_memory_format(input, weight, torch._C._ConvBackend.Overrideable)
+    if fmt == torch.contiguous_format:
         return None
-    return torch.empty(tuple(shape), device="meta", memory_format=fmt).stride()
+    meta = torch.empty(tuple(shape), device="meta")
+    if meta.dim() == 3 and fmt == torch.channels_last:
+        return meta.unsqueeze(2).contiguous(memory_format=fmt).squeeze(2).stride()
+    return meta.contiguous(memory_format=fmt).stride()
 
 
 @kernel("convolution_overrideable", ir=("conv",))
@@ -179,7 +188,7 @@ def convolution(
         )
     attrs = _conv_attrs(stride, padding, dilation, transposed, output_padding, groups, weight.dim() - 2)
     g = conv_geometry(tuple(input.shape), tuple(weight.shape), attrs, "convolution")
-    out = tensors.new(g.out_shape, _like_memory_format(input, g.out_shape), input.dtype, card.index)
+    out = tensors.new(g.out_shape, _conv_layout(input, weight, g.out_shape), input.dtype, card.index)
     provider = card.own_kernel("conv") if ttnn_supports(g) else None  # e.g. transposed 3-d: Kohaku-TT's kernel
     card("conv", input, weight, *([bias] if bias is not None else []), out=[out], provider=provider, **attrs)
     return out
@@ -203,7 +212,7 @@ def convolution_backward(
     g = conv_geometry(tuple(input.shape), tuple(weight.shape), attrs, "convolution_backward")
     mask = tuple(bool(m) for m in output_mask)
     shapes = (tuple(input.shape), tuple(weight.shape), (g.c_out,))
-    strides = (_like_memory_format(input, input.shape), _like_memory_format(weight, weight.shape), None)
+    strides = (_conv_layout(input, weight, input.shape), _conv_layout(input, weight, weight.shape), None)
     outs = [
         tensors.new(s if m else (0,), st if m else None, input.dtype, card.index)
         for s, st, m in zip(shapes, strides, mask)
