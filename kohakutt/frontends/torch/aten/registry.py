@@ -136,8 +136,11 @@ def _sig(x: Any) -> Any:
 
 def meta_key(op: Any, args: tuple, kwargs: dict) -> tuple | None:
     """A hashable signature of a call for the output-metadata cache, or None when it has none."""
-    key = (op, *[_sig(x) for x in args], *[(k, _sig(v)) for k, v in kwargs.items()]) if kwargs else (
-        op, *[_sig(x) for x in args])
+    key = (
+        (op, *[_sig(x) for x in args], *[(k, _sig(v)) for k, v in kwargs.items()])
+        if kwargs
+        else (op, *[_sig(x) for x in args])
+    )
     try:
         hash(key)
     except TypeError:
@@ -202,8 +205,11 @@ def _generic(name: str, impl: Callable[[Args, list[torch.Tensor]], None]) -> Cal
     names = b.names
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        key = (name, *[_sig(x) for x in args], *[(k, _sig(v)) for k, v in kwargs.items()]) if kwargs else (
-            name, *[_sig(x) for x in args])
+        key = (
+            (name, *[_sig(x) for x in args], *[(k, _sig(v)) for k, v in kwargs.items()])
+            if kwargs
+            else (name, *[_sig(x) for x in args])
+        )
         hit = _cached_meta(key)
         if hit is None:
             found: set[str] = set()
@@ -226,6 +232,10 @@ def _generic(name: str, impl: Callable[[Args, list[torch.Tensor]], None]) -> Cal
         a["_index"] = index
         if b.inplace:
             outs = [a["self"]]
+            if metas[0].shape != outs[0].shape:  # the shape functions resize an empty self; the CPU refuses
+                raise RuntimeError(
+                    f"output with shape {list(outs[0].shape)} doesn't match the broadcast shape {list(metas[0].shape)}"
+                )
         elif b.out:
             outs = [a[w] for w in b.writes]
             for o, m in zip(outs, metas):
