@@ -43,6 +43,7 @@ TORCH_OWN: dict[tuple[str, str, str], str] = {
     "(compare_tensor_meta) ignores them too, and its view shape function and its C++ view disagree on them",
     ("sort.values", "strides", "out"): "PyTorch's fake sort.values restrides an out= tensor of the right shape that "
     "is not contiguous; its CPU kernel (and tt) write into it as it is",
+    ("sort.values_stable", "strides", "out"): "the same (stable=True)",
     ("sample:sort", "strides", "out"): "the same (sort with out=)",
     ("sample:msort", "strides", "out"): "the same (msort with out=)",
     ("slice_scatter.out", "aliasing", "out"): "inside another dispatch mode, PyTorch's fake slice_scatter.out returns "
@@ -420,3 +421,12 @@ def test_sdpa_backward_returns_what_its_shape_function_says():
         fargs = mc.to_fake(mode, args)
         fake = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward(*fargs)
     assert not mc.compare_outputs("sdpa_backward", real, fake, args, fargs, "")
+
+
+def test_in_place_ops_refuse_a_broadcast_shape_that_is_not_self_s():
+    """An empty self that the other operand would broadcast to another shape: the CPU refuses, PyTorch's shape
+    functions resize self; tt refuses as the CPU does (it was silently left as it was)."""
+    for op in ("eq_", "fmod_", "pow_", "add_"):
+        for device in ("cpu", DEV):
+            with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+                getattr(torch.zeros(0, 1, 3, device=device), op)(torch.zeros(0, 10, 3, device=device))
