@@ -97,8 +97,11 @@ KNOBS: dict[str, Knob] = {
         Knob("KTT_SFPI_SHA256", str, None,
              "Expected SHA-256 of the kernel compiler archive for `ktt sfpi` when none is given."),
         Knob("KTT_CC", str, None, "The C compiler used to build the native runtime core (default: cc, gcc, clang)."),
-        Knob("KTT_CXX", str, None, "The C++ compiler used to build the torch glue for the `tt` device "
-             "(default: c++, g++, clang++)."),
+        Knob("KTT_CXX", str, None, "The C++ compiler used to build the torch glue for the `tt` device and the "
+             "simulator's host build of the kernel API (default: c++, g++, clang++)."),
+        Knob("KTT_SIM_KERNELS", _choice("cpp", "python"), "cpp",
+             "How the simulator runs a program's kernels: `cpp` builds their C++ against the host build of the "
+             "kernel API, `python` runs their Python twins."),
         Knob("KTT_TINYGRAD_DTYPES", _choice("host", "error"), "host",
              "tinygrad kernels on dtypes the card lacks: `host` runs them on the host (counted, warned once), "
              "`error` raises DtypeError."),
@@ -108,11 +111,8 @@ KNOBS: dict[str, Knob] = {
              "how tinygrad kernels without a card form run on the host: `cpu` runs the C tinygrad's own CPU device "
              "compiles for them (needs clang; without it, `python`), `python` interprets their UOps with tinygrad's "
              "PYTHON device."),
-        Knob("KTT_TINYGRAD_FP32_MATMUL", _choice("card", "split"), "card",
-             "tinygrad float32 matmuls: `card` is one matmul on TF32 operands (about 1e-3 relative), `split` six "
-             "matmuls on bf16-split operands (float32 accuracy)."),
     ]
-}
+}  # fmt: skip
 
 _cache: dict[str, Any] = {}
 

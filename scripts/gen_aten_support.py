@@ -112,7 +112,10 @@ def render() -> str:
         "Conformance is `passed/run` over the OpInfo samples (float32 and bfloat16, from `op_db`) that reach the",
         "overload, checked against the CPU in float64 with tolerances from the card's formats",
         "(`tests/frontends/torch/test_opinfo.py`). A sample counts for every overload it reaches, so a failure in one",
-        "op also shows on the ops it was combined with.",
+        "op also shows on the ops it was combined with. The sweep runs every OpInfo that reaches a Core ATen overload,",
+        "the OpInfos of ops models call outside Core ATen (`isin`, `unique`, `svd`, ...: `EXTRA_NAMES`) and the",
+        "ModuleInfo samples (`module_db`) of the RNN modules and margin losses (`MODULE_NAMES`), which count for the",
+        "overloads their tt run reaches.",
         "",
         "## Summary",
         "",
@@ -130,8 +133,8 @@ def render() -> str:
         parts = ", ".join(f"{t[s]} {s}" for s in STATUSES if t.get(s))
         lines.append(
             f"- Conformance (torch {record['torch']}): {record['samples']} samples of {len(record['opinfos'])} "
-            f"OpInfos in {record['seconds']:.0f} s: **{rate:.1f}% pass** of those run ({parts}; a sample is run "
-            "unless its CPU reference fails: skip)."
+            f"OpInfos and ModuleInfos in {record['seconds']:.0f} s: **{rate:.1f}% pass** of those run ({parts}; a "
+            "sample is run unless its CPU reference fails: skip)."
         )
         policy = record.get("dtype_policy_refusals")
         if policy is not None:
@@ -139,7 +142,7 @@ def render() -> str:
             lines.append(
                 f"- Of the unsupported samples, {policy} are refusals by the dtype policy (a float64, float16, "
                 "complex, int8 or int16 tensor, which the card does not hold, made by the sample or inside the op; "
-                f"FFTs, whose results are complex). Leaving those out: **{100.0 * t.get('pass', 0) / rest:.1f}% "
+                f"FFTs, whose results are complex). Leaving those out: **{100.0 * t.get('pass', 0) / rest:.2f}% "
                 f"pass** of {rest} samples."
             )
         core_ran = [n for n in core if conformance(n, record) not in ("-", "not sampled")]

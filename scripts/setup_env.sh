@@ -51,3 +51,17 @@ if ! command -v clang >/dev/null 2>&1; then
     echo "setup: no clang: tinygrad's CPU device (the KTT benchmark's reference) needs it: sudo apt-get install clang" >&2
   fi
 fi
+# The kernel compile check (tests/ttnn/test_kernel_check.py) replays TT-Metal's JIT commands with clang for riscv32
+# over Debian's bare-metal newlib / libstdc++ headers; clang-format checks the kernels' formatting.
+need=()
+[ -f /usr/include/newlib/stdint.h ] || need+=(libnewlib-dev)
+ls -d /usr/include/newlib/c++/* >/dev/null 2>&1 || need+=(libstdc++-arm-none-eabi-newlib)
+command -v clang-format >/dev/null 2>&1 || need+=(clang-format)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing ${need[*]} (the kernel compile check)"
+    apt-get install -y -q "${need[@]}" >/dev/null || echo "setup: apt-get install ${need[*]} failed; the kernel compile check will skip" >&2
+  else
+    echo "setup: the kernel compile check needs ${need[*]}: sudo apt-get install ${need[*]}" >&2
+  fi
+fi

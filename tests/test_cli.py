@@ -133,7 +133,7 @@ def test_doctor_reports_host_software_and_sim_cards(env, capsys):
     assert f"{os.cpu_count()} CPUs" in out
     assert "3 simulated" in out
     assert "chip 2" in out and "chip 3" not in out
-    assert "grid 11 x 10 = 110 cores" in out
+    assert "grid 13 x 10 = 130 cores" in out
     assert "KTT_SIM_DEVICES=3" in out
     assert out.rstrip().endswith("ok")
 
@@ -146,7 +146,7 @@ def test_doctor_json_is_one_object(env, capsys):
     assert report["torch"]["installed"] is True
     assert report["backend"]["name"] == "sim"
     assert [c["chip"] for c in report["cards"]] == [0, 1]
-    assert report["cards"][0]["figures"]["grid"] == [11, 10]
+    assert report["cards"][0]["figures"]["grid"] == [13, 10]
     assert report["cards"][0]["figures"]["l1_bytes"] == 1_572_864
     assert report["knobs"] == {"KTT_CACHE_DIR": os.environ["KTT_CACHE_DIR"]}
     assert report["sfpi"]["installed"] is False

@@ -15,6 +15,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,18 @@ RUNTIME_DIR = NATIVE_DIR / "runtime"
 HEADER = RUNTIME_DIR / "ktt_runtime.h"
 LIBRARY_NAME = "libktt_runtime.so"
 # -O3 and per-function CPU clones in the source; never -march=native: the cache may be shared between machines.
-CFLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Wno-unused-parameter")
+# -ffp-contract=off: every float operation of the card model rounds as written (no fused multiply-adds).
+CFLAGS = (
+    "-O3",
+    "-std=c11",
+    "-fPIC",
+    "-shared",
+    "-pthread",
+    "-ffp-contract=off",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+)
 
 
 class NativeBuildError(KohakuTTError):
@@ -61,10 +73,15 @@ def lib() -> NativeLib:
 
 def cdef() -> str:
     """The declarations cffi needs: the marked block of ``ktt_runtime.h``."""
-    text = _read(HEADER)
+    return cdef_block(HEADER)
+
+
+def cdef_block(header: Path) -> str:
+    """The block of ``header`` between its KTT_CDEF_BEGIN and KTT_CDEF_END markers (plain C declarations)."""
+    text = _read(header)
     begin, end = text.find("/* KTT_CDEF_BEGIN */"), text.find("/* KTT_CDEF_END */")
     if begin < 0 or end < begin:
-        raise NativeBuildError(f"{HEADER} lacks the KTT_CDEF_BEGIN / KTT_CDEF_END markers around its declarations")
+        raise NativeBuildError(f"{header} lacks the KTT_CDEF_BEGIN / KTT_CDEF_END markers around its declarations")
     return text[begin + len("/* KTT_CDEF_BEGIN */") : end]
 
 
@@ -84,6 +101,62 @@ def find_compiler(cc: str | None = None) -> list[str]:
         "no C compiler found (tried cc, gcc, clang) to build Kohaku-TT's native runtime core; "
         "install gcc (e.g. `apt-get install gcc`) or set KTT_CC to a C compiler"
     )
+
+
+def find_cxx(cxx: str | None = None) -> list[str]:
+    """The C++ compiler command: ``cxx`` (knob ``KTT_CXX``; may carry arguments) or the first of c++, g++, clang++."""
+    if cxx:
+        argv = shlex.split(cxx)
+        if argv and shutil.which(argv[0]):
+            return argv
+        raise NativeBuildError(f"KTT_CXX={cxx!r} names no compiler on PATH; set it to a C++20 compiler or unset it")
+    for name in ("c++", "g++", "clang++"):
+        if shutil.which(name):
+            return [name]
+    raise NativeBuildError(
+        "no C++ compiler found (tried c++, g++, clang++) to build the simulator's host kernel API; install g++ "
+        "(e.g. `apt-get install g++`) or set KTT_CXX to a C++20 compiler"
+    )
+
+
+def compiler_version(compiler: tuple[str, ...]) -> str:
+    """What ``compiler --version`` prints (cached): part of every build key."""
+    return _compiler_version(compiler)
+
+
+class BuildFailed(NativeBuildError):
+    """A build command failed; ``stderr`` holds the compiler's messages."""
+
+    def __init__(self, message: str, stderr: str):
+        super().__init__(message)
+        self.stderr = stderr
+
+
+def build_cached(target: Path, commands: Callable[[str], list[list[str]]], what: str, timeout: float = 600) -> Path:
+    """Builds ``target`` unless a complete one exists: ``commands(tmp)`` are run in order and must leave the result in
+    ``tmp`` (a temporary path next to ``target``; they may make ``tmp``-prefixed scratch files, removed after), which
+    is then renamed into place, so racing builds both end with a complete file."""
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        for cmd in commands(tmp):
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                raise NativeBuildError(f"building {what}: cannot run {cmd[0]!r}: {e}; install gcc / g++ or set "
+                                       "KTT_CC / KTT_CXX") from e  # fmt: skip
+            if done.returncode != 0:
+                raise BuildFailed(f"building {what} failed ({shlex.join(cmd)}):\n{done.stderr.strip()[-4000:]}",
+                                  done.stderr)  # fmt: skip
+        os.chmod(tmp, 0o755)  # mkstemp made it private; the cache may be shared
+        os.replace(tmp, target)
+    finally:
+        for scratch in target.parent.glob(Path(tmp).name + "*"):
+            scratch.unlink(missing_ok=True)
+    return target
 
 
 def sources() -> list[Path]:
@@ -115,7 +188,7 @@ def build(root: Path, compiler: list[str]) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        cmd = [*compiler, *CFLAGS, f"-I{RUNTIME_DIR}", "-o", tmp, *map(str, sources())]
+        cmd = [*compiler, *CFLAGS, f"-I{RUNTIME_DIR}", "-o", tmp, *map(str, sources()), "-lm"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         except OSError as e:

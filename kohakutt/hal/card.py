@@ -12,7 +12,9 @@ from dataclasses import dataclass
 class CardSpec:
     name: str = "Blackhole P150A"
     arch: str = "blackhole"
-    grid: tuple[int, int] = (11, 10)  # TT-NN compute grid with Tensix dispatch: 110 worker cores
+    # The compute grid TT-NN 0.81.1 reports for a P150 (its mock P150 cluster: 13 x 10 = 130 worker cores); on a card
+    # the ttnn backend takes the device's own (Backend.card).
+    grid: tuple[int, int] = (13, 10)
     l1_bytes: int = 1_572_864  # raw L1 per core
     l1_usable: int = 1464 * 1024  # what buffers and circular buffers may use per core
     dram_banks: int = 8
@@ -27,7 +29,9 @@ class CardSpec:
     matmul_tile_cycles: tuple[int, int, int, int] = (16, 32, 48, 64)
     dst_tiles_bf16: int = 8  # half-sync DST: 8 bf16 tiles or 4 fp32 tiles
     dst_tiles_fp32: int = 4
-    num_cbs: int = 32
+    # Circular buffers per core: 64 on Blackhole (tt-metal api/tt-metalium/circular_buffer_constants.h in the 0.81.1
+    # wheel: NUM_CIRCULAR_BUFFERS is 32 only for Wormhole's device builds).
+    num_cbs: int = 64
 
     @property
     def cores(self) -> int:

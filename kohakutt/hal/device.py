@@ -88,7 +88,7 @@ def open_device(chip: int = 0) -> Device:
             raise
         except Exception as e:
             raise BackendUnavailable(f"could not open chip {chip} with the {name} backend ({why}): {e}") from e
-        dev = Device(chip, backend, why)
+        dev = Device(chip, backend, why, backend.card())
         _devices[chip] = dev
     from kohakutt.plugins import plugin_manager
 

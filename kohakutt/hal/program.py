@@ -10,10 +10,12 @@ carries ``sim``, a Python function implementing the same kernel against the simu
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from kohakutt.errors import ProgramError
@@ -29,8 +31,10 @@ CoreCoord = tuple[int, int]  # logical (x, y) on the worker grid
 MAX_RUNTIME_ARGS = 341  # tt-metal kernel.hpp: 4096-byte dispatch packet / (3 kernels * 4 bytes), unique + common
 NUM_SEMAPHORES = 16  # tt-metal semaphore.hpp: semaphore ids per core
 KINDS = ("reader", "writer", "compute")
-_KIND_ALIASES = {"dm0": "reader", "brisc": "reader", "riscv_0": "reader", "dm1": "writer", "ncrisc": "writer",
-                 "riscv_1": "writer"}  # fmt: skip
+# TT-Metal's reader and writer configs (ReaderConfigDescriptor / WriterConfigDescriptor) put a reader on RISCV_1
+# (NCRISC, NOC 1) and a writer on RISCV_0 (BRISC, NOC 0): the JIT builds them as ncrisc and brisc.
+_KIND_ALIASES = {"riscv_1": "reader", "ncrisc": "reader", "dm1": "reader", "riscv_0": "writer", "brisc": "writer",
+                 "dm0": "writer"}  # fmt: skip
 
 # Device-time model constants, the same as the op library's cost model (docs/concepts/cost-model.md).
 PROGRAM_LAUNCH_NS = 2_000.0  # dispatching one program from the command queue (order of magnitude)
@@ -190,14 +194,16 @@ SimKernel = Callable[[Any], None]
 class Kernel:
     """One kernel of a program: its Metalium C++ source, its Python twin for the simulator, and its configuration.
 
-    ``kind`` is ``"reader"`` (BRISC, data movement 0), ``"writer"`` (NCRISC, data movement 1) or ``"compute"`` (the
-    three TRISCs). ``source`` is the kernel's C++ text: ``void kernel_main()`` for data movement, ``namespace NAMESPACE
-    { void MAIN { ... } }`` (or ``kernel_main``) for compute. ``sim(k)`` runs the same kernel against the simulator's
-    kernel API ``k``. ``name`` (default: the kind) keys the runtime arguments. The last four fields configure compute.
+    ``kind`` is ``"reader"`` (NCRISC, RISCV_1), ``"writer"`` (BRISC, RISCV_0) or ``"compute"`` (the three TRISCs),
+    as TT-Metal's reader and writer configs place them. ``source`` is the kernel's C++ file (a path: the kernel keeps
+    it as ``path`` and reads its text into ``source``) or its C++ text; every kernel's entry point is
+    ``void kernel_main()``. A file may include headers
+    beside it (``#include "common.h"``). ``sim(k)`` runs the same kernel against the simulator's kernel API ``k``.
+    ``name`` (default: the kind) keys the runtime arguments. The four fields after it configure compute.
     """
 
     kind: str
-    source: str
+    source: str | os.PathLike[str]
     core_ranges: CoreSpec
     sim: SimKernel | None = None
     compile_time_args: Sequence[int] = ()
@@ -208,11 +214,17 @@ class Kernel:
     fp32_dest_acc_en: bool = False
     math_approx_mode: bool = False
     dst_full_sync_en: bool = False
+    path: Path | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.source, os.PathLike):
+            self.path = Path(self.source).resolve()
+            self.source = read_source(self.path)
+        elif self.path is not None and self.source != read_source(self.path):
+            self.path = None  # text given in place of the file's (dataclasses.replace): the file no longer applies
         kind = _KIND_ALIASES.get(str(self.kind).lower(), str(self.kind).lower())
         if kind not in KINDS:
-            raise ProgramError(f"kernel kind {self.kind!r} is not one of reader (dm0), writer (dm1), compute")
+            raise ProgramError(f"kernel kind {self.kind!r} is not one of reader (ncrisc), writer (brisc), compute")
         self.kind = kind
         self.name = self.name or kind
         self.core_ranges = CoreRangeSet.of(self.core_ranges)
@@ -231,12 +243,64 @@ class Kernel:
 
     @property
     def processor(self) -> str:
-        return {"reader": "BRISC", "writer": "NCRISC", "compute": "TRISC0-2"}[self.kind]
+        return {"reader": "NCRISC", "writer": "BRISC", "compute": "TRISC0-2"}[self.kind]
 
     def dst_tiles(self, card: CardSpec) -> int:
         """Tiles the DST register file holds for this kernel: half of it in half-sync mode, all of it in full sync."""
         n = card.dst_tiles_fp32 if self.fp32_dest_acc_en else card.dst_tiles_bf16
         return 2 * n if self.dst_full_sync_en else n
+
+
+ACCESSOR_IS_DRAM = 1 << 1  # tt-metal hostdevcommon/tensor_accessor/arg_config.hpp: ArgConfig::IsDram
+ACCESSOR_RUNTIME_PAGE_SIZE = 1 << 7  # ArgConfig::RuntimePageSize: the page size is given at run time
+DRAM_ALIGN = 64  # Blackhole noc_parameters.h: NOC_DRAM_READ_ALIGNMENT_BYTES (the larger of read 64 / write 16)
+L1_ALIGN = 16
+
+
+def tensor_accessor_args(page_size: int | None, kind: str = "dram") -> list[int]:
+    """The compile-time arguments of ``TensorAccessorArgs`` for an interleaved buffer of ``page_size``-byte pages in
+    ``kind`` memory ("dram" or "l1"), as TT-NN's ``TensorAccessorArgs(tensor).get_compile_time_args()`` gives them:
+    the config word and the page size rounded up to the memory's alignment (64 B in DRAM, 16 B in L1). With
+    ``page_size=None`` the page size is a run-time value (``ArgConfig::RuntimePageSize``, the config word alone): the
+    kernel passes :func:`aligned_page_size` to ``TensorAccessor(args, address, page_size)``, so a row-major tensor of
+    a new width compiles nothing."""
+    dram = str(getattr(kind, "value", kind)).lower() == "dram"
+    config = ACCESSOR_IS_DRAM if dram else 0
+    if page_size is None:
+        return [config | ACCESSOR_RUNTIME_PAGE_SIZE]
+    return [config, aligned_page_size(page_size, kind)]
+
+
+def aligned_page_size(page_size: int, kind: str = "dram") -> int:
+    """How far apart an interleaved buffer's pages sit in a bank: the page rounded up to the memory's alignment."""
+    dram = str(getattr(kind, "value", kind)).lower() == "dram"
+    return align_up(int(page_size), DRAM_ALIGN if dram else L1_ALIGN)
+
+
+def require_dram(program: str, named: Mapping[str, Any]) -> None:
+    """Raise ProgramError unless every buffer of ``named`` (name -> buffer) is in DRAM: a program whose tensor
+    accessors were built for DRAM would read an L1 buffer's pages from the wrong place on a card."""
+    for name, b in named.items():
+        kind = str(getattr(b, "kind", "dram")).lower()
+        if kind != "dram":
+            raise ProgramError(f"program {program!r}: tensor {name!r} is in {kind}, but the program addresses its "
+                               "tensors as interleaved DRAM buffers; move it to DRAM first")  # fmt: skip
+
+
+_SOURCES: dict[Path, tuple[int, str]] = {}
+
+
+def read_source(path: str | os.PathLike[str]) -> str:
+    """The text of kernel source file ``path`` (read again when the file changes)."""
+    p = Path(path)
+    try:
+        stamp = p.stat().st_mtime_ns
+    except OSError as e:
+        raise ProgramError(f"kernel source {p} cannot be read ({e.strerror}); give an existing .cpp file") from None
+    hit = _SOURCES.get(p)
+    if hit is None or hit[0] != stamp:
+        hit = _SOURCES[p] = (stamp, p.read_text())
+    return hit[1]
 
 
 @dataclass
@@ -268,8 +332,32 @@ class Work:
 RuntimeArgs = Mapping[str, Mapping[CoreCoord, Sequence[int]] | Sequence[int]]
 RuntimeArgsFn = Callable[[Sequence["Buffer"], Mapping[str, Any]], RuntimeArgs]
 
-_MAIN = re.compile(r"\bvoid\s+(MAIN\b|kernel_main\s*\(\s*(void)?\s*\))")
 _KERNEL_MAIN = re.compile(r"\bvoid\s+kernel_main\s*\(\s*(void)?\s*\)")
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+# The kernel API before TT-Metal 0.81: each form, and what 0.81.1 (the ttnn backend's) takes instead.
+OLD_API: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
+    (re.compile(pattern), old, new)
+    for pattern, old, new in (
+        (r"\bnamespace\s+NAMESPACE\b|\bvoid\s+MAIN\b", "'namespace NAMESPACE { void MAIN { ... } }'",
+         "'void kernel_main() { ... }' at file scope (compute kernels too)"),
+        (r'#\s*include\s*[<"]compute_kernel_api(?:\.h|/)', "#include \"compute_kernel_api/...\"",
+         "#include \"api/compute/...\" (e.g. api/compute/matmul.h)"),
+        (r'#\s*include\s*[<"]dataflow_api\.h[>"]', "#include \"dataflow_api.h\"",
+         "#include \"api/dataflow/dataflow_api.h\""),
+        (r"\bmm_init\s*\(", "mm_init", "compute_kernel_hw_startup once, then matmul_init(in0, in1)"),
+        (r"\bmm_init_short\s*\(", "mm_init_short", "matmul_init(in0, in1[, transpose])"),
+        (r"\bbinary_op_init_common\s*\(", "binary_op_init_common", "compute_kernel_hw_startup(icb0, icb1, ocb)"),
+        (r"\badd_tiles_init\s*\(", "add_tiles_init", "add_init"),
+        (r"\bsub_tiles_init\s*\(", "sub_tiles_init", "sub_init"),
+        (r"\bmul_tiles_init\s*\(", "mul_tiles_init", "mul_init"),
+    )
+)  # fmt: skip
+
+
+def old_api_forms(source: str) -> list[str]:
+    """The pre-0.81 kernel API forms in C++ ``source`` (comments aside), each as "<old>: write <new>"."""
+    code = _COMMENTS.sub("", source)
+    return [f"{old}: write {new}" for pattern, old, new in OLD_API if pattern.search(code)]
 
 
 @dataclass
@@ -334,12 +422,13 @@ class Program:
         return int(ref)
 
     def cb_addresses(self, card: CardSpec, core: CoreCoord) -> dict[int, int]:
-        """Where each CB of ``core`` starts in L1: carved upward from the first byte past the firmware's region."""
+        """Where each CB of ``core`` starts in L1: carved upward from the first byte past the firmware's region, each
+        at the DRAM alignment (as TT-Metal places them, so a DRAM read can land at a CB's start)."""
         addr = card.l1_bytes - card.l1_usable
         out = {}
         for cb in sorted(self.cbs_on(core), key=lambda c: c.index):
             out[cb.index] = addr
-            addr += align_up(cb.total_size, card.l1_align)
+            addr += align_up(cb.total_size, _cb_align(card))
         return out
 
     def resolve_runtime_args(self, buffers: Sequence[Buffer], runtime: Mapping[str, Any]
@@ -412,12 +501,15 @@ class Program:
                             "args are keyed by kernel name)")  # fmt: skip
         for k in self.kernels:
             self._check_grid(f"kernel {k.name!r}", k.cores, card, problems)
-            if k.kind == "compute" and not _MAIN.search(k.source):
-                problems.append(f"compute kernel {k.name!r} has no entry point: its source needs "
-                                "'namespace NAMESPACE { void MAIN { ... } }' (or 'void kernel_main()')")  # fmt: skip
-            if k.kind != "compute" and not _KERNEL_MAIN.search(k.source):
+            old = old_api_forms(k.source)
+            if old:
+                where = f" ({k.path})" if k.path is not None else ""
+                problems.append(f"{k.kind} kernel {k.name!r}{where} is written for the kernel API before TT-Metal "
+                                "0.81, which the card's TT-Metal (0.81.1) no longer has: "
+                                + "; ".join(old))  # fmt: skip
+            elif not _KERNEL_MAIN.search(_COMMENTS.sub("", k.source)):
                 problems.append(f"{k.kind} kernel {k.name!r} has no entry point: its source needs "
-                                "'void kernel_main()'")  # fmt: skip
+                                "'void kernel_main() { ... }'")  # fmt: skip
             for i, a in enumerate(k.compile_time_args):
                 if not 0 <= a < 1 << 32:
                     problems.append(f"compile-time arg {i} of {k.name!r} is {a}, not a uint32")
@@ -437,6 +529,12 @@ class Program:
                 problems.append(f"{what}: CB indices are 0..{card.num_cbs - 1}")
             if cb.page_size <= 0 or cb.num_pages <= 0:
                 problems.append(f"{what} has {cb.num_pages} pages of {cb.page_size} B; both must be positive")
+            elif cb.format.is_block and cb.page_size % cb.format.tile_bytes:
+                problems.append(f"{what} holds {cb.format.value} in {cb.page_size} B pages; a {cb.format.value} page "
+                                f"is whole tiles of {cb.format.tile_bytes} B")  # fmt: skip
+            elif not cb.format.is_block and cb.page_size % cb.format.itemsize:
+                problems.append(f"{what} holds {cb.format.value} in {cb.page_size} B pages, not a whole number of "
+                                f"{cb.format.itemsize}-byte values")  # fmt: skip
             self._check_grid(what, cb.cores, card, problems)
         l1_buffers = _l1_buffer_bytes_per_core(card, buffers)
         room = card.l1_usable - l1_buffers
@@ -451,7 +549,7 @@ class Program:
             if key in checked:
                 continue
             checked.add(key)
-            total = sum(align_up(cb.total_size, card.l1_align) for cb in on)
+            total = sum(align_up(cb.total_size, _cb_align(card)) for cb in on)
             if total > room:
                 parts = ", ".join(f"CB {cb.index}: {cb.num_pages} x {cb.page_size} B" for cb in on)
                 beside = f", less {l1_buffers:,} B of L1 buffers" if l1_buffers else ""
@@ -524,6 +622,10 @@ class Program:
         return PROGRAM_LAUNCH_NS + max(move_s, compute_s) * 1e9
 
 
+def _cb_align(card: CardSpec) -> int:
+    return max(card.l1_align, card.dram_read_align)
+
+
 def _l1_buffer_bytes_per_core(card: CardSpec, buffers: Sequence[Buffer]) -> int:
     """L1 bytes each core gives to L1 buffers (they share L1 with circular buffers), from the buffers' allocator."""
     for b in buffers:
@@ -536,5 +638,6 @@ def _l1_buffer_bytes_per_core(card: CardSpec, buffers: Sequence[Buffer]) -> int:
 __all__ = [
     "FPU_TILE_CYCLES", "KINDS", "MAX_RUNTIME_ARGS", "NUM_SEMAPHORES", "PROGRAM_LAUNCH_NS", "SFPU_TILE_CYCLES",
     "CircularBuffer", "CoreCoord", "CoreRange", "CoreRangeSet", "Kernel", "MathFidelity", "Program", "RuntimeArgs",
-    "Semaphore", "Work", "split_work",
+    "Semaphore", "Work", "aligned_page_size", "old_api_forms", "read_source", "require_dram", "split_work",
+    "tensor_accessor_args",
 ]  # fmt: skip

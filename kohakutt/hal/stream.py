@@ -20,6 +20,23 @@ if TYPE_CHECKING:
     from kohakutt.hal.device import Device
     from kohakutt.hal.trace import Trace
 
+_running = threading.local()  # .stream: the stream whose worker this thread is
+
+
+def running() -> Stream | None:
+    """The stream whose command the calling thread is running (None outside a stream's worker)."""
+    return getattr(_running, "stream", None)
+
+
+def enqueue_group(commands: list[tuple[Stream, Command]]) -> None:
+    """Queue commands that wait for one another (a collective's halves, one per chip's stream): every stream gets
+    its command before any is waited for, even under ``KTT_LAUNCH_BLOCKING=1``."""
+    for s, cmd in commands:
+        s.enqueue(cmd, wait=False)
+    for s, _ in commands:
+        if s.device.launch_blocking and s.capturing is None:
+            s.synchronize()
+
 
 @dataclass(eq=False, slots=True)
 class Command:
@@ -90,8 +107,9 @@ class Stream:
         self._worker.start()
 
     # ----------------------------------------------------------------------------------------------- submission
-    def enqueue(self, cmd: Command) -> None:
-        """Queue ``cmd``; returns at once (under ``KTT_LAUNCH_BLOCKING=1`` it returns after the command ran)."""
+    def enqueue(self, cmd: Command, *, wait: bool = True) -> None:
+        """Queue ``cmd``; returns at once (under ``KTT_LAUNCH_BLOCKING=1`` it returns after the command ran, unless
+        ``wait=False``: see :func:`enqueue_group`)."""
         if self._capture is not None:
             self._capture._record(cmd)
             return
@@ -102,7 +120,7 @@ class Stream:
             self._submitted += 1
             if self._idle:
                 self._work.notify()
-        if self.device.launch_blocking:
+        if wait and self.device.launch_blocking:
             self.synchronize()
 
     def synchronize(self) -> None:
@@ -187,6 +205,7 @@ class Stream:
     # --------------------------------------------------------------------------------------------------- worker
     def _loop(self) -> None:
         profiler = self.device.profiler
+        _running.stream = self
         while True:
             with self._lock:
                 while not self._queue and not self._closed:

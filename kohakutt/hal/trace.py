@@ -68,10 +68,12 @@ class Trace:
         return self._plan
 
     def replay(self, bindings: Mapping[Buffer, Buffer] | None = None, *, stream: Stream | None = None,
-               blocking: bool = False, args: Mapping[int, Mapping[str, Any]] | None = None) -> None:
+               blocking: bool = False, args: Mapping[int, Mapping[str, Any]] | None = None,
+               wait: bool = True) -> None:
         """Queue the whole recorded list as one command; ``bindings`` maps captured buffers to stand-ins, ``args``
         maps a command's index in :attr:`commands` to arguments that replace its recorded ones for this replay
-        (a random draw's place in the stream, say)."""
+        (a random draw's place in the stream, say). ``wait=False``: not even under ``KTT_LAUNCH_BLOCKING`` (a
+        mesh queues each chip's trace before waiting: their collectives meet)."""
         if self._released:
             raise TraceError(f"trace {self.name!r} was released; capture it again")
         if not self._ended:
@@ -106,7 +108,7 @@ class Trace:
                     raise TraceError(f"command {cmd.name!r} inside trace {self.name!r} failed: {e}") from e
 
         s = stream or self.device.default_stream
-        s.enqueue(Command(f"trace:{self.name}", run_all, (), {}, estimate))
+        s.enqueue(Command(f"trace:{self.name}", run_all, (), {}, estimate), wait=wait)
         if blocking:
             s.synchronize()
 

@@ -28,8 +28,7 @@ Not modelled: denormal flushing, the FPU's non-IEEE Inf / NaN handling, stochast
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,6 +36,7 @@ import numpy.typing as npt
 import torch
 
 from kohakutt.errors import ConfigError, FormatError, KohakuTTUnsupportedOperator
+from kohakutt.hal import cardcore
 from kohakutt.ir.numerics import Fidelity  # the IR's enum, importable from here too
 
 TILE = 32
@@ -44,9 +44,6 @@ MVMUL_K = 16  # products one MVMUL sums in FP32 before adding them to DST
 
 _TF32 = 0xFFFFE000  # FP32 -> TF32 source register: the low 13 mantissa bits are dropped
 _BF16 = 0xFFFF0000  # FP32 -> BF16 source register (16-bit DST): the low 16 bits are dropped
-_SRCA_HI = 0xFFF80000  # SrcA, even phases: sign, exponent, implicit 1 and the top 4 mantissa bits
-_SRCA_ALL = 0xFFFFC000  # SrcA, both phases: the top 9 mantissa bits (the TF32 LSB is never multiplied)
-_SRCB_HI = 0xFFFE0000  # SrcB, phases 0-1: sign, exponent, implicit 1 and the top 6 mantissa bits
 
 
 # ---------------------------------------------------------------------------------------------------------- bits
@@ -60,26 +57,6 @@ def _f32(x: npt.ArrayLike) -> np.ndarray:
 def _masked(x: np.ndarray, mask: int) -> np.ndarray:
     """A new float32 array: ``x``'s bits ANDed with ``mask``."""
     return np.asarray(x.view(np.uint32) & np.uint32(mask)).view(np.float32)
-
-
-def _low(full: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """``full - high``: the bits of ``full`` below ``high``'s, as a value (exact); 0 where ``full`` is Inf or NaN."""
-    with np.errstate(invalid="ignore"):
-        return np.where(np.isfinite(full), full - high, np.float32(0.0))
-
-
-def _finite_only(x: np.ndarray) -> np.ndarray:
-    """``x`` with Inf and NaN replaced by 0 (``x`` itself when it is all finite)."""
-    finite = np.isfinite(x)
-    return x if finite.all() else np.where(finite, x, np.float32(0.0))
-
-
-def _special_in_first(pairs: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Phase products with Inf / NaN carried by the first pair only. The first pair multiplies the operands' high
-    parts, which keep Inf and NaN and are nonzero for every normal number, so its product alone has IEEE special
-    values (Inf * finite nonzero = Inf, Inf * 0 = NaN); in later pairs a special value would meet a part that is 0
-    only because the other operand has no bits there (Inf * 0 = NaN where the card gives Inf), so it becomes 0."""
-    return pairs[:1] + [(_finite_only(x), _finite_only(y)) for x, y in pairs[1:]]
 
 
 def _round_bf16_(x: np.ndarray) -> np.ndarray:
@@ -116,6 +93,26 @@ def round_to(x: npt.ArrayLike, fmt: Any = "bfloat16") -> np.ndarray:
     return _round_bf16_(np.array(x, dtype=np.float32, copy=True))
 
 
+BF16_MAX = 3.3895313892515355e38  # the largest finite bfloat16
+
+
+def split_bf16(x: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """float32 values as three bfloat16-exact parts ``x = x0 + x1 + x2`` (each part passes the unpacker unchanged, so
+    a HiFi4 product of two parts is exact), as the card makes them: ``x0`` the bf16 rounding (nearest, ties to even)
+    of ``x`` clamped to bf16's finite range, ``x1`` that of the exact remainder, ``x2`` what is left (at most 8
+    significant bits). Returns ``(x0, x0_finite, x1, x2)``: ``x0`` keeps Inf and NaN (``x1``, ``x2`` and
+    ``x0_finite`` hold 0 there), so a split product carries them in its leading term only."""
+    x = _f32(x)
+    finite = np.isfinite(x)
+    xf = x if finite.all() else np.where(finite, x, np.float32(0.0))
+    x0f = round_to(np.clip(xf, -BF16_MAX, BF16_MAX), "bfloat16")
+    rest = xf - x0f  # exact: x0f is within a factor of two of xf (Sterbenz)
+    x1 = round_to(rest, "bfloat16")
+    x2 = rest - x1  # exact, and bf16-exact: the 24 significant bits of x less the 16 of x0 and x1
+    x0 = x0f if finite.all() else np.where(finite, x0f, x)
+    return x0, x0f, x1, x2
+
+
 def to_source_register(x: npt.ArrayLike, *, fp32_acc: bool = True) -> np.ndarray:
     """The value the unpacker puts in SrcA / SrcB for float32 data: truncated (not rounded) to TF32 (19 bits) when DST
     is FP32, to BF16 when DST is 16-bit. BF16 data passes unchanged either way."""
@@ -125,18 +122,8 @@ def to_source_register(x: npt.ArrayLike, *, fp32_acc: bool = True) -> np.ndarray
 # ------------------------------------------------------------------------------------------------------ fidelity
 
 
-def _srca_parts(x: np.ndarray, fp32_acc: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The SrcA value as the even-phase and odd-phase multiplier inputs."""
-    full = _masked(x, (_TF32 if fp32_acc else _BF16) & _SRCA_ALL)
-    high = _masked(full, _SRCA_HI)
-    return high, _low(full, high)
-
-
-def _srcb_parts(x: np.ndarray, fp32_acc: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The SrcB value as the phase 0-1 and phase 2-3 multiplier inputs."""
-    full = to_source_register(x, fp32_acc=fp32_acc)
-    high = _masked(full, _SRCB_HI)
-    return high, _low(full, high)
+def _slice(x: np.ndarray, operand: int, phase: int, fp32_acc: bool) -> np.ndarray:
+    return cardcore.fidelity_slice(x, operand, phase, fp32_acc).reshape(x.shape)
 
 
 def fidelity_operands(
@@ -145,15 +132,16 @@ def fidelity_operands(
     """One ``(a_part, b_part)`` pair per fidelity phase, in phase order: what the multiplier really sees. The sum over
     phases of ``a_part @ b_part`` (``op="matmul"``: a = in0 in SrcB, b = in1 in SrcA) or of ``a_part * b_part``
     (``op="eltwise"``: a = in0 in SrcA, b = in1 in SrcB) is the FPU's product. Inf and NaN appear only in phase 0's
-    pair (as themselves); in later phases their parts are 0, so the phase sum follows IEEE (Inf * 1 = Inf)."""
+    pair (as themselves); in later phases their parts are 0, so the phase sum follows IEEE (Inf * 1 = Inf). The
+    slices come from the card's arithmetic core (``kohakutt.hal.cardcore.fidelity_slice``)."""
     fid = Fidelity.of(fidelity)
     a, b = _f32(a), _f32(b)
     if op == "matmul":
-        srcb, srca = _srcb_parts(a, fp32_acc), _srca_parts(b, fp32_acc)
-        return _special_in_first([(srcb[p >> 1], srca[p & 1]) for p in range(fid.phases)])
+        return [(_slice(a, cardcore.SRCB, p, fp32_acc), _slice(b, cardcore.SRCA, p, fp32_acc))
+                for p in range(fid.phases)]  # fmt: skip
     if op == "eltwise":
-        srca, srcb = _srca_parts(a, fp32_acc), _srcb_parts(b, fp32_acc)
-        return _special_in_first([(srca[p & 1], srcb[p >> 1]) for p in range(fid.phases)])
+        return [(_slice(a, cardcore.SRCA, p, fp32_acc), _slice(b, cardcore.SRCB, p, fp32_acc))
+                for p in range(fid.phases)]  # fmt: skip
     raise ConfigError(f"fidelity_operands: op must be 'matmul' or 'eltwise', not {op!r}")
 
 
@@ -169,34 +157,52 @@ def merged_operands(
     :func:`fidelity_operands`."""
     fid = Fidelity.of(fidelity)
     a, b = _f32(a), _f32(b)
-    src = _TF32 if fp32_acc else _BF16
+    b_all = _slice(b, cardcore.SRCA, cardcore.PHASE_ALL, fp32_acc)
     if fid == Fidelity.LoFi:
-        return [(_masked(a, _SRCB_HI & src), _masked(b, _SRCA_HI & src))]
-    b_all = _masked(b, _SRCA_ALL & src)
+        return [(_slice(a, cardcore.SRCB, 0, fp32_acc), _slice(b, cardcore.SRCA, 0, fp32_acc))]
     if fid == Fidelity.HiFi2:
-        return [(_masked(a, _SRCB_HI & src), b_all)]
+        return [(_slice(a, cardcore.SRCB, 0, fp32_acc), b_all)]
     if fid == Fidelity.HiFi4:
-        return [(_masked(a, src), b_all)]
-    b_high, b_low = _srcb_parts(a, fp32_acc)
-    return _special_in_first([(b_high, b_all), (b_low, _masked(b, _SRCA_HI & src))])
+        return [(_slice(a, cardcore.SRCB, cardcore.PHASE_ALL, fp32_acc), b_all)]
+    # HiFi3: phases 0-1 (SrcB's top bits times all of SrcA), then phase 2 (SrcB's low bits times SrcA's top bits)
+    return [(_slice(a, cardcore.SRCB, 0, fp32_acc), b_all),
+            (_slice(a, cardcore.SRCB, 2, fp32_acc), _slice(b, cardcore.SRCA, 2, fp32_acc))]  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------------------- matmul
 
 
-def _torch_matmul_is_ieee() -> bool:
-    """Whether torch runs FP32 matmuls on the CPU in full FP32 (a user may have allowed BF16 or TF32 shortcuts)."""
-    chain = [getattr(torch.backends.mkldnn, "matmul", None), torch.backends.mkldnn, torch.backends]
+def torch_is_ieee(op: str = "matmul") -> bool:
+    """Whether torch runs FP32 ``op``s ("matmul" or "conv") on the CPU in full FP32: a user may have allowed BF16 or
+    TF32 shortcuts (``torch.set_float32_matmul_precision``, the ``fp32_precision`` settings), and the simulator's
+    engine must not take them."""
+    chain = [getattr(torch.backends.mkldnn, op, None), torch.backends.mkldnn, torch.backends]
     for setting in (getattr(obj, "fp32_precision", "none") for obj in chain):
         if setting != "none":
             return setting == "ieee"
-    return torch.get_float32_matmul_precision() == "highest"
+    if op != "matmul":
+        return True
+    try:
+        return torch.get_float32_matmul_precision() == "highest"
+    except RuntimeError:  # torch refuses to answer when the legacy and the new settings were mixed
+        return False
+
+
+_torch_matmul_is_ieee = torch_is_ieee
+
+
+def engine_matmul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``x @ y`` of float32 CPU tensors in full float32, whatever torch's own precision settings allow (NumPy's BLAS
+    stands in when torch's would cut the operands)."""
+    if torch_is_ieee():
+        return torch.matmul(x, y)
+    return torch.from_numpy(np.matmul(x.numpy(), y.numpy()))
 
 
 def _mm(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """An exact-FP32 matmul (batch dims broadcast). torch's BLAS is the engine: a second BLAS thread pool (NumPy's)
     would fight torch's for the cores; NumPy only stands in when torch's FP32 matmuls run in reduced precision."""
-    if _torch_matmul_is_ieee():
+    if torch_is_ieee():
         return torch.matmul(torch.from_numpy(x), torch.from_numpy(y)).numpy()
     return np.matmul(x, y)
 
@@ -378,127 +384,25 @@ def reduce_max(
 
 # ---------------------------------------------------------------------------------------------------------- SFPU
 
-
-def _erf64(x: np.ndarray, complement: bool = False) -> np.ndarray:
-    fn = torch.special.erfc if complement else torch.special.erf
-    return fn(torch.from_numpy(x)).numpy()
-
-
-def _sigmoid64(x: np.ndarray) -> np.ndarray:
-    e = np.exp(-np.abs(x))  # no cancellation on either side
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-_GELU_TANH_C = math.sqrt(2.0 / math.pi)
-
-# Exact modes: float64 math rounded once to float32 (a correctly rounded FP32 result).
-_EXACT: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "reciprocal": lambda x: 1.0 / x,
-    "sigmoid": _sigmoid64,
-    "tanh": np.tanh,
-    "gelu": lambda x: 0.5 * x * _erf64(-x / math.sqrt(2.0), complement=True),  # = 0.5x(1 + erf(x/sqrt2))
-    "gelu_tanh": lambda x: x * _sigmoid64(2.0 * _GELU_TANH_C * (x + 0.044715 * x**3)),  # = 0.5x(1 + tanh(...))
-    "silu": lambda x: x * _sigmoid64(x),
-    "sin": np.sin,
-    "cos": np.cos,
-    "erf": _erf64,
-}
-
-
-def _exp_approx(x: np.ndarray) -> np.ndarray:
-    """Schraudolph's exp (tt-llk ``_init_exponential_`` FAST_APPROX with CLAMP_NEGATIVE): clamp x at -88.5; one FP32
-    MAD ``t = A*x + (B-C)`` with A = 256/ln2; SFPSTOCHRND to an unsigned 16-bit integer (|t| rounded to nearest, ties
-    away, saturating at 65535); shift left by 15 into the FP32 bit pattern (integer part -> exponent, 8 fraction bits
-    -> mantissa). Exponent field 255 (x >= ~88.72) reads as Inf or NaN, as on the card."""
-    a = np.float32(256.0) * np.float32(1.4426950408889634)
-    t = (np.maximum(x, np.float32(-88.5)).astype(np.float64) * float(a) + 32500.818359375).astype(np.float32)
-    i = np.floor(np.abs(t.astype(np.float64)) + 0.5)
-    i = np.where(np.isnan(i), 65535.0, np.minimum(i, 65535.0)).astype(np.uint32)  # NaN saturates too
-    return (i << np.uint32(15)).view(np.float32)
-
-
-def _recip_approx(x: np.ndarray) -> np.ndarray:
-    """SFPARECIP (Blackhole, ~7 bits, used by the LLK's approximate reciprocal): exponent 253 - e and a 7-bit
-    mantissa from a 128-entry table indexed by the top 7 mantissa bits; |x| < 2**-126 gives Inf, |x| >= 2**126 (Inf,
-    NaN) gives 0; the sign is kept. Table entry i is round(128 * (255 - 2i) / (257 + 2i)), the reciprocal of the
-    interval midpoint: this reproduces the ISA documentation's table entry for entry (checked when written)."""
-    i = np.arange(128)
-    table = np.minimum(127, np.floor(128 * (255 - 2 * i) / (257 + 2 * i) + 0.5)).astype(np.uint32)
-    u = x.view(np.uint32)
-    sign, mag = u & np.uint32(0x80000000), u & np.uint32(0x7FFFFFFF)
-    e = mag >> np.uint32(23)
-    normal = ((np.uint32(253) - np.minimum(e, np.uint32(252))) << np.uint32(23)) | (
-        table[(mag >> np.uint32(16)) & np.uint32(0x7F)] << np.uint32(16)
-    )
-    out = np.where(mag < 0x00800000, np.uint32(0x7F800000), np.where(mag < 0x7E800000, normal, np.uint32(0)))
-    return (out | sign).astype(np.uint32).view(np.float32)
-
-
-def _lut16(code: int) -> float:
-    """SFPLUTFP32's 16-bit coefficient: FP16 layout, but exponent 0 is a normal number and exponent 31 means 0."""
-    exp, man = (code >> 10) & 0x1F, code & 0x3FF
-    return 0.0 if exp == 0x1F else (-1.0) ** (code >> 15) * (1 + man / 1024) * 2.0 ** (exp - 15)
-
-
-def _lut6(x: np.ndarray, cuts: Sequence[float], slopes: Sequence[int], offsets: Sequence[int]) -> np.ndarray:
-    """The 6-piece SFPLUTFP32: ``A_i * |x| + B_i`` in one FP32 MAD, the piece chosen by |x| against ``cuts``."""
-    ax = np.abs(x).astype(np.float64)
-    piece = np.searchsorted(np.asarray(cuts), ax, side="right")
-    a = np.array([_lut16(c) for c in slopes])[piece]
-    b = np.array([_lut16(c) for c in offsets])[piece]
-    return (a * ax + b).astype(np.float32)
-
-
-# tt-llk ckernel_sfpu_gelu.h _init_gelu_: 6-entry FP16 table 1 (last piece from 3.0), sign not retained.
-_GELU_LUT = ((0.5, 1.0, 1.5, 2.0, 3.0), (0x322B, 0x37E7, 0x38F3, 0x38E1, 0x3852, 0x3800),
-             (0x86D8, 0xB122, 0xB479, 0xB437, 0xAFA4, 0x7C00))  # fmt: skip
-# tt-llk ckernel_sfpu_sigmoid.h _init_sigmoid_: lut2(..., mode 0) is table 2 (last piece from 4.0), sign retained.
-_SIGMOID_LUT = ((0.5, 1.0, 1.5, 2.0, 4.0), (0x33D9, 0x32F4, 0x318A, 0x300A, 0x2A35, 0x7C00),
-                (0x9018, 0x23C8, 0x2BAA, 0x3027, 0x34CC, 0x37FF))  # fmt: skip
-
-
-def _gelu_approx(x: np.ndarray) -> np.ndarray:
-    """tt-llk ``_calculate_gelu_appx_``: ``0.5*x + LUT(|x|)``, a 6-piece linear fit of ``0.5*|x|*erf(|x|/sqrt2)``."""
-    return (x * np.float32(0.5)) + _lut6(x, *_GELU_LUT)
-
-
-def _sigmoid_approx(x: np.ndarray) -> np.ndarray:
-    """tt-llk ``_calculate_sigmoid_``: ``copysign(LUT(|x|), x) + 0.5``; saturates at 0.49976 + 0.5 beyond |x| = 4."""
-    return np.copysign(_lut6(x, *_SIGMOID_LUT), x) + np.float32(0.5)
-
-
-_APPROX: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "exp": _exp_approx,
-    "reciprocal": _recip_approx,
-    "gelu": _gelu_approx,
-    "gelu_tanh": _gelu_approx,
-    "sigmoid": _sigmoid_approx,
-}
-
-SFPU_OPS = tuple(_EXACT)
+SFPU_OPS = ("exp", "log", "sqrt", "rsqrt", "reciprocal", "sigmoid", "tanh", "gelu", "gelu_tanh", "silu", "sin", "cos",
+            "erf")  # fmt: skip
 
 
 def sfpu(op: str, x: npt.ArrayLike, approx: bool = False) -> np.ndarray:
-    """An SFPU unary op on DST values (float32 in, float32 out, before storage rounding).
+    """An SFPU unary op on DST values (float32 in, float32 out, before storage rounding), computed by the card's
+    arithmetic core (``kohakutt.hal.cardcore``, the functions the simulator's programs run).
 
-    ``approx=False``: correctly rounded FP32 (float64 math rounded once), IEEE special values: at most half an FP32
+    ``approx=False``: correctly rounded FP32 (double math rounded once), IEEE special values: at most half an FP32
     ulp from float64 (so within half a BF16 ulp once stored); the card's exact modes are within about one BF16 ulp.
     ``approx=True`` models the LLK's approximate algorithms; max error vs float64 over all BF16 inputs of the range
-    (measured in the tests): exp, Schraudolph bit trick: 3.11% relative on [-87, 88] (median 2.1%, biased low);
-    reciprocal, SFPARECIP: 0.56% relative on the normal range; gelu and gelu_tanh, 0.5x + 6-piece linear LUT of the
-    erf form: 0.0234 absolute (worst near |x| = 0.25; relu beyond |x| = 3); sigmoid, 6-piece linear LUT: 0.0177
-    absolute (worst at |x| = 4, saturated at 0.99976 beyond).
-    Other ops have no separate approximate model: ``approx=True`` computes the exact model. Ops: ``SFPU_OPS``.
+    (measured in the tests): exp, Schraudolph's bit trick (tt-llk ``_init_exponential_`` FAST_APPROX, clamp at
+    -88.5): 3.11% relative on [-87, 88] (median 2.1%, biased low); reciprocal, SFPARECIP (a 128-entry 7-bit
+    mantissa table): 0.56% relative on the normal range; gelu and gelu_tanh, 0.5x + a 6-piece linear LUT of the erf
+    form (tt-llk ``_calculate_gelu_appx_``): 0.0234 absolute (worst near |x| = 0.25; relu beyond |x| = 3); sigmoid,
+    a 6-piece linear LUT (tt-llk ``_calculate_sigmoid_``): 0.0177 absolute (worst at |x| = 4, saturated at 0.99976
+    beyond). Other ops have no separate approximate model: ``approx=True`` computes the exact model. Ops:
+    ``SFPU_OPS``.
     """
-    if op not in _EXACT:
+    if op not in SFPU_OPS:
         raise KohakuTTUnsupportedOperator(f"sfpu: no op {op!r}; the SFPU ops are {', '.join(SFPU_OPS)}")
-    x = _f32(x)
-    if approx and op in _APPROX:
-        with np.errstate(all="ignore"):
-            return _APPROX[op](x)
-    with np.errstate(all="ignore"):
-        return np.asarray(_EXACT[op](x.astype(np.float64)), dtype=np.float32)
+    return cardcore.sfpu(op, _f32(x), approx=approx).reshape(np.shape(x))

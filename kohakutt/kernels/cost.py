@@ -1,7 +1,7 @@
 """The simulator's device-time model: what an op would take on a P150A, from the card's published figures.
 
 Every op pays a launch cost, then the larger of its DRAM traffic (tile-padded bytes at the measured 500 GB/s) and
-its compute (tile operations spread over the 110 worker cores at 1.35 GHz). See docs/concepts/cost-model.md.
+its compute (tile operations spread over the 130 worker cores at 1.35 GHz). See docs/concepts/cost-model.md.
 """
 
 from __future__ import annotations

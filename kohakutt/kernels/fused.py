@@ -12,9 +12,10 @@ Two kernels per op on the simulator (the op docs in ``kohakutt/ir/defs/fused.py`
   the scope's fidelity, 16-bit DST by default, each product packed to an intermediate in its operand's format.
 - provider "ktt", Kohaku-TT's own programs (``kohakutt/kernels/programs/fused.py``) as a vectorized model of the same
   arithmetic: intermediates in DST or in circular buffers, fp32 unless the scope sets ``fp32_acc=False``; the SFPU
-  functions are the simulator's (``hal/backends/sim_compute.py``: erf-form gelu, tanh form in approximate mode; the
-  exact sigmoid), so the program and the model give the same bits. The programs are written for 16-bit data: a
-  float32 operand (or output) runs the ttnn model instead, since the FPU truncates float32 to TF32.
+  functions are the card's arithmetic core's (``hal/cardcore.py``: erf-form gelu, the tanh form for approximate
+  "tanh"; the exact sigmoid), which the program runs too, so the program and the model give the same bits. The
+  programs are written for 16-bit data: a float32 operand (or output) runs the ttnn model instead, since the FPU
+  truncates float32 to TF32.
 
 Real card: the ``@ttnn`` functions call the TT-NN ops named in :data:`TTNN_NAMES`: the chains above, and TT-NN's
 rotary programs where they apply (one cos / sin matrix; head_dim 32 or a multiple of 64 for the half form, a multiple
@@ -30,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
+from kohakutt.hal import cardcore
 from kohakutt.hal.card import CardSpec
 from kohakutt.ir.defs.fused import float_dtype
 from kohakutt.ir.dtypes import DType
@@ -274,20 +275,11 @@ def ttnn_rotary_backward(call: SimCall) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------ Kohaku-TT's own kernels
-_GELU_C = math.sqrt(2.0 / math.pi)
-
-
 def sim_sfpu(name: str, x: np.ndarray, approx: bool = False) -> np.ndarray:
-    """The simulator's SFPU functions (``sim_compute.SFPU_FUNCTIONS``) on DST values: float64 math, fp32 result."""
-    v = np.asarray(x, np.float64)
-    with np.errstate(all="ignore"):
-        if name == "sigmoid":
-            r = 1.0 / (1.0 + np.exp(-v))
-        elif approx:  # gelu, tanh form
-            r = 0.5 * v * (1.0 + np.tanh(_GELU_C * (v + 0.044715 * v**3)))
-        else:
-            r = 0.5 * v * (1.0 + torch.special.erf(torch.from_numpy(v / math.sqrt(2.0))).numpy())
-    return r.astype(np.float32)
+    """The SFPU functions the own programs run, on DST values (the card's arithmetic core, exact modes): sigmoid, and
+    gelu in its erf form or (``approx``: the program's GELU_TANH variant) its tanh form."""
+    op = "gelu_tanh" if name == "gelu" and approx else name
+    return cardcore.sfpu(op, x)
 
 
 def ktt_bias_gelu(call: SimCall) -> np.ndarray:
@@ -456,7 +448,7 @@ ktt_rotary_backward_cost = _own(ttnn_rotary_backward_cost, _ktt_rotary_cycles)
 # ------------------------------------------------------------------------------------------------ registration
 sim("bias_gelu", estimate=ttnn_bias_gelu_cost)(_nonempty(ttnn_bias_gelu))
 sim("bias_gelu", provider="ktt", estimate=ktt_bias_gelu_cost, program=programs.bias_gelu_program)(
-    _nonempty(ktt_bias_gelu))
+    _nonempty(ktt_bias_gelu))  # fmt: skip
 sim("bias_gelu_backward", estimate=ttnn_bias_gelu_backward_cost)(_nonempty(ttnn_bias_gelu_backward))
 sim("silu_mul", estimate=ttnn_silu_mul_cost)(_nonempty(ttnn_silu_mul))
 sim("silu_mul", provider="ktt", estimate=ktt_silu_mul_cost, program=programs.glu_program)(_nonempty(ktt_silu_mul))
@@ -466,10 +458,11 @@ sim("swiglu", provider="ktt", estimate=ktt_swiglu_cost, program=programs.glu_pro
 sim("swiglu_backward", estimate=ttnn_swiglu_backward_cost)(_nonempty(ttnn_swiglu_backward))
 sim("rotary_embedding", estimate=ttnn_rotary_cost)(_nonempty(ttnn_rotary))
 sim("rotary_embedding", provider="ktt", estimate=ktt_rotary_cost, program=programs.rotary_program)(
-    _nonempty(ktt_rotary))
+    _nonempty(ktt_rotary))  # fmt: skip
 sim("rotary_embedding_backward", estimate=ttnn_rotary_backward_cost)(_nonempty(ttnn_rotary_backward))
 sim("rotary_embedding_backward", provider="ktt", estimate=ktt_rotary_backward_cost,
-    program=programs.BUILDERS["rotary_embedding_backward"])(_nonempty(lambda call: ktt_rotary(call, backward=True)))
+    program=programs.BUILDERS["rotary_embedding_backward"])(
+    _nonempty(lambda call: ktt_rotary(call, backward=True)))  # fmt: skip
 
 
 # ============================================================================================ TT-NN (a real card)

@@ -1,7 +1,9 @@
-"""Programs (kernels over circular buffers) validated by the hardware's rules and run by the simulator.
+"""Programs (kernels over circular buffers) validated by the hardware's rules and run by the simulator's Python
+kernel API (``KTT_SIM_KERNELS=python``: each kernel's Python twin).
 
-Each program is written twice, as a Metalium program would be (C++ reader / compute / writer) and as the simulator's
-Python twin; results are checked against NumPy in float64, rounded the way the card rounds.
+Each program is written twice, as a Metalium program would be (C++ reader / compute / writer, ``kernels/``) and as
+the simulator's Python twin; results are checked against NumPy in float64, rounded the way the card rounds. The same
+C++ kernels run from their source in ``test_host_api.py``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import dataclasses
 import math
 import re
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,6 +33,7 @@ from kohakutt.hal.program import (
     Semaphore,
     Work,
     split_work,
+    tensor_accessor_args,
 )
 from kohakutt.kernels import cardmath
 
@@ -37,221 +41,16 @@ CB_A, CB_B, CB_OUT = 0, 1, 16
 FOUR_CORES, TWO_CORES = CoreRange((0, 0), (3, 0)), CoreRange((0, 0), (1, 0))
 
 # ------------------------------------------------------------------------------------------- the C++ sources
-READER_BINARY_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// Streams tiles [start, start + count) of two interleaved tensors into CB 0 and CB 1, one tile at a time.
-void kernel_main() {
-    const uint32_t a_addr = get_arg_val<uint32_t>(0);
-    const uint32_t b_addr = get_arg_val<uint32_t>(1);
-    const uint32_t start = get_arg_val<uint32_t>(2);
-    const uint32_t count = get_arg_val<uint32_t>(3);
-    constexpr bool a_is_dram = get_compile_time_arg_val(0) == 1;
-    constexpr bool b_is_dram = get_compile_time_arg_val(1) == 1;
-    constexpr uint32_t cb_a = tt::CBIndex::c_0;
-    constexpr uint32_t cb_b = tt::CBIndex::c_1;
-
-    const InterleavedAddrGenFast<a_is_dram> a = {
-        .bank_base_address = a_addr, .page_size = get_tile_size(cb_a), .data_format = get_dataformat(cb_a)};
-    const InterleavedAddrGenFast<b_is_dram> b = {
-        .bank_base_address = b_addr, .page_size = get_tile_size(cb_b), .data_format = get_dataformat(cb_b)};
-
-    for (uint32_t i = start; i < start + count; ++i) {
-        cb_reserve_back(cb_a, 1);
-        cb_reserve_back(cb_b, 1);
-        noc_async_read_tile(i, a, get_write_ptr(cb_a));
-        noc_async_read_tile(i, b, get_write_ptr(cb_b));
-        noc_async_read_barrier();
-        cb_push_back(cb_a, 1);
-        cb_push_back(cb_b, 1);
-    }
-}
-"""
-
-READER_UNARY_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-void kernel_main() {
-    const uint32_t src_addr = get_arg_val<uint32_t>(0);
-    const uint32_t start = get_arg_val<uint32_t>(1);
-    const uint32_t count = get_arg_val<uint32_t>(2);
-    constexpr bool src_is_dram = get_compile_time_arg_val(0) == 1;
-    constexpr uint32_t cb_in = tt::CBIndex::c_0;
-
-    const InterleavedAddrGenFast<src_is_dram> src = {
-        .bank_base_address = src_addr, .page_size = get_tile_size(cb_in), .data_format = get_dataformat(cb_in)};
-
-    for (uint32_t i = start; i < start + count; ++i) {
-        cb_reserve_back(cb_in, 1);
-        noc_async_read_tile(i, src, get_write_ptr(cb_in));
-        noc_async_read_barrier();
-        cb_push_back(cb_in, 1);
-    }
-}
-"""
-
-WRITER_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// Drains CB 16 into tiles [start, start + count) of the output tensor.
-void kernel_main() {
-    const uint32_t dst_addr = get_arg_val<uint32_t>(0);
-    const uint32_t start = get_arg_val<uint32_t>(1);
-    const uint32_t count = get_arg_val<uint32_t>(2);
-    constexpr bool dst_is_dram = get_compile_time_arg_val(0) == 1;
-    constexpr uint32_t cb_out = tt::CBIndex::c_16;
-
-    const InterleavedAddrGenFast<dst_is_dram> dst = {
-        .bank_base_address = dst_addr, .page_size = get_tile_size(cb_out), .data_format = get_dataformat(cb_out)};
-
-    for (uint32_t i = start; i < start + count; ++i) {
-        cb_wait_front(cb_out, 1);
-        noc_async_write_tile(i, dst, get_read_ptr(cb_out));
-        noc_async_writes_flushed();
-        cb_pop_front(cb_out, 1);
-    }
-    noc_async_write_barrier();
-}
-"""
-
-ADD_CPP = r"""
-#include <cstdint>
-#include "compute_kernel_api/eltwise_binary.h"
-
-namespace NAMESPACE {
-void MAIN {
-    const uint32_t count = get_arg_val<uint32_t>(0);
-    constexpr auto cb_a = tt::CBIndex::c_0;
-    constexpr auto cb_b = tt::CBIndex::c_1;
-    constexpr auto cb_out = tt::CBIndex::c_16;
-
-    binary_op_init_common(cb_a, cb_b, cb_out);
-    add_tiles_init(cb_a, cb_b);
-    for (uint32_t i = 0; i < count; ++i) {
-        cb_wait_front(cb_a, 1);
-        cb_wait_front(cb_b, 1);
-        tile_regs_acquire();
-        add_tiles(cb_a, cb_b, 0, 0, 0);
-        tile_regs_commit();
-        cb_pop_front(cb_a, 1);
-        cb_pop_front(cb_b, 1);
-
-        cb_reserve_back(cb_out, 1);
-        tile_regs_wait();
-        pack_tile(0, cb_out);
-        tile_regs_release();
-        cb_push_back(cb_out, 1);
-    }
-}
-}  // namespace NAMESPACE
-"""
-
-EXP_CPP = r"""
-#include <cstdint>
-#include "compute_kernel_api/eltwise_unary/eltwise_unary.h"
-#include "compute_kernel_api/eltwise_unary/exp.h"
-#include "compute_kernel_api/tile_move_copy.h"
-
-namespace NAMESPACE {
-void MAIN {
-    const uint32_t count = get_arg_val<uint32_t>(0);
-    constexpr auto cb_in = tt::CBIndex::c_0;
-    constexpr auto cb_out = tt::CBIndex::c_16;
-
-    init_sfpu(cb_in, cb_out);
-    exp_tile_init();
-    for (uint32_t i = 0; i < count; ++i) {
-        cb_wait_front(cb_in, 1);
-        tile_regs_acquire();
-        copy_tile(cb_in, 0, 0);
-        exp_tile(0);
-        tile_regs_commit();
-        cb_pop_front(cb_in, 1);
-
-        cb_reserve_back(cb_out, 1);
-        tile_regs_wait();
-        pack_tile(0, cb_out);
-        tile_regs_release();
-        cb_push_back(cb_out, 1);
-    }
-}
-}  // namespace NAMESPACE
-"""
-
-MATMUL_READER_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// For each output tile (mt, nt) of this core, streams row mt of A and column nt of B, tile by tile along K.
-void kernel_main() {
-    const uint32_t a_addr = get_arg_val<uint32_t>(0);
-    const uint32_t b_addr = get_arg_val<uint32_t>(1);
-    const uint32_t start = get_arg_val<uint32_t>(2);
-    const uint32_t count = get_arg_val<uint32_t>(3);
-    const uint32_t Kt = get_arg_val<uint32_t>(4);
-    const uint32_t Nt = get_arg_val<uint32_t>(5);
-    constexpr uint32_t cb_a = tt::CBIndex::c_0;
-    constexpr uint32_t cb_b = tt::CBIndex::c_1;
-
-    const InterleavedAddrGenFast<true> a = {
-        .bank_base_address = a_addr, .page_size = get_tile_size(cb_a), .data_format = get_dataformat(cb_a)};
-    const InterleavedAddrGenFast<true> b = {
-        .bank_base_address = b_addr, .page_size = get_tile_size(cb_b), .data_format = get_dataformat(cb_b)};
-
-    for (uint32_t t = start; t < start + count; ++t) {
-        const uint32_t mt = t / Nt, nt = t % Nt;
-        for (uint32_t kt = 0; kt < Kt; ++kt) {
-            cb_reserve_back(cb_a, 1);
-            noc_async_read_tile(mt * Kt + kt, a, get_write_ptr(cb_a));
-            cb_reserve_back(cb_b, 1);
-            noc_async_read_tile(kt * Nt + nt, b, get_write_ptr(cb_b));
-            noc_async_read_barrier();
-            cb_push_back(cb_a, 1);
-            cb_push_back(cb_b, 1);
-        }
-    }
-}
-"""
-
-MATMUL_CPP = r"""
-#include <cstdint>
-#include "compute_kernel_api/matmul.h"
-
-namespace NAMESPACE {
-void MAIN {
-    const uint32_t count = get_arg_val<uint32_t>(0);
-    const uint32_t Kt = get_arg_val<uint32_t>(1);
-    constexpr auto cb_a = tt::CBIndex::c_0;
-    constexpr auto cb_b = tt::CBIndex::c_1;
-    constexpr auto cb_out = tt::CBIndex::c_16;
-
-    mm_init(cb_a, cb_b, cb_out);
-    for (uint32_t t = 0; t < count; ++t) {
-        tile_regs_acquire();
-        for (uint32_t kt = 0; kt < Kt; ++kt) {
-            cb_wait_front(cb_a, 1);
-            cb_wait_front(cb_b, 1);
-            matmul_tiles(cb_a, cb_b, 0, 0, 0);
-            cb_pop_front(cb_a, 1);
-            cb_pop_front(cb_b, 1);
-        }
-        tile_regs_commit();
-
-        cb_reserve_back(cb_out, 1);
-        tile_regs_wait();
-        pack_tile(0, cb_out);
-        tile_regs_release();
-        cb_push_back(cb_out, 1);
-    }
-}
-}  // namespace NAMESPACE
-"""
-
-DM_STUB_CPP = '#include "dataflow_api.h"\nvoid kernel_main() {}\n'
-COMPUTE_STUB_CPP = "namespace NAMESPACE {\nvoid MAIN {}\n}  // namespace NAMESPACE\n"
+KERNELS = Path(__file__).parent / "kernels"  # the test programs' kernels, one .cpp file each
+READER_BINARY_CPP = KERNELS / "reader_binary.cpp"
+READER_UNARY_CPP = KERNELS / "reader_unary.cpp"
+WRITER_CPP = KERNELS / "writer.cpp"
+ADD_CPP = KERNELS / "add.cpp"
+EXP_CPP = KERNELS / "exp.cpp"
+MATMUL_READER_CPP = KERNELS / "matmul_reader.cpp"
+MATMUL_CPP = KERNELS / "matmul.cpp"
+DM_STUB_CPP = KERNELS / "dm_stub.cpp"
+COMPUTE_STUB_CPP = KERNELS / "compute_stub.cpp"
 
 
 # ---------------------------------------------------------------------------------------- the Python twins
@@ -381,9 +180,9 @@ def add_program(cores=FOUR_CORES, fmt="bfloat16", **compute):
     return Program(
         "add",
         [
-            Kernel("reader", READER_BINARY_CPP, cores, reader_binary, compile_time_args=[1, 1]),
+            Kernel("reader", READER_BINARY_CPP, cores, reader_binary, compile_time_args=cta(fmt, 2)),
             Kernel("compute", ADD_CPP, cores, compute_add, **compute),
-            Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=[1]),
+            Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=cta(fmt)),
         ],
         cbs(cores, in_fmt=fmt, out_fmt=fmt),
         runtime_args=args,
@@ -403,9 +202,9 @@ def unary_program(name, compute_cpp, compute_sim, cores=TWO_CORES, out_fmt="bflo
     return Program(
         name,
         [
-            Kernel("reader", READER_UNARY_CPP, cores, reader_unary, compile_time_args=[1]),
+            Kernel("reader", READER_UNARY_CPP, cores, reader_unary, compile_time_args=cta()),
             Kernel("compute", compute_cpp, cores, compute_sim, **compute),
-            Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=[1]),
+            Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=cta(out_fmt)),
         ],
         cbs(cores, out_fmt=out_fmt, binary=False),
         runtime_args=args,
@@ -425,9 +224,9 @@ def matmul_program(mt, kt, nt, cores=TWO_CORES, fmt="bfloat16", **compute):
     return Program(
         "matmul",
         [
-            Kernel("reader", MATMUL_READER_CPP, cores, matmul_reader),
+            Kernel("reader", MATMUL_READER_CPP, cores, matmul_reader, compile_time_args=cta(fmt, 2)),
             Kernel("compute", MATMUL_CPP, cores, compute_matmul, **compute),
-            Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=[1]),
+            Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=cta(fmt)),
         ],
         cbs(cores, in_fmt=fmt, out_fmt=fmt),
         runtime_args=args,
@@ -438,6 +237,17 @@ def matmul_program(mt, kt, nt, cores=TWO_CORES, fmt="bfloat16", **compute):
 
 def bf16(x):
     return formats.round_bfloat16(np.asarray(x, dtype=np.float32))
+
+
+@pytest.fixture(autouse=True)
+def python_kernels(knobs):
+    """These tests run the programs' Python twins (some kernels exist only as twins, over stub C++)."""
+    knobs(KTT_SIM_KERNELS="python")
+
+
+def cta(fmt="bfloat16", n=1):
+    """The TensorAccessorArgs compile-time args of n interleaved DRAM tensors of ``fmt`` tiles."""
+    return tensor_accessor_args(hal.Format.of(fmt).tile_bytes) * n
 
 
 @pytest.fixture
@@ -778,7 +588,10 @@ def test_core_ranges_and_split_work():
         Kernel("dm2", DM_STUB_CPP, (0, 0))
     with pytest.raises(ProgramError, match="fidelity"):
         Kernel("compute", COMPUTE_STUB_CPP, (0, 0), math_fidelity="HiFi5")
-    assert Kernel("dm1", DM_STUB_CPP, (0, 0)).kind == "writer"
+    # TT-Metal's reader config runs a reader on RISCV_1 (NCRISC), its writer config a writer on RISCV_0 (BRISC)
+    assert Kernel("ncrisc", DM_STUB_CPP, (0, 0)).kind == "reader"
+    assert Kernel("riscv_0", DM_STUB_CPP, (0, 0)).kind == "writer"
+    assert [Kernel(k, DM_STUB_CPP, (0, 0)).processor for k in ("reader", "writer")] == ["NCRISC", "BRISC"]
     assert MathFidelity.of("HiFi2").phases == 2
 
 
@@ -801,7 +614,9 @@ def _second_reader(p):
 
 def _off_grid(p):
     return _with(
-        p, kernels=[dataclasses.replace(p.kernels[0], core_ranges=CoreRangeSet.of(CoreRange((9, 0), (11, 0))))]
+        p,
+        kernels=[dataclasses.replace(p.kernels[0], core_ranges=CoreRangeSet.of(CoreRange((11, 0), (13, 0))))],
+        runtime_args=None,
     )
 
 
@@ -810,8 +625,31 @@ def _no_main(p):
                              p.kernels[2]])  # fmt: skip
 
 
+OLD_COMPUTE = """#include "compute_kernel_api/eltwise_binary.h"
+namespace NAMESPACE {
+void MAIN {
+    binary_op_init_common(0, 1, 16);
+    add_tiles_init(0, 1);
+}
+}  // namespace NAMESPACE
+"""
+
+
+def _old_api(p):
+    return _with(p, kernels=[p.kernels[0], dataclasses.replace(p.kernels[1], source=OLD_COMPUTE), p.kernels[2]])
+
+
+def _old_reader(p):
+    src = '#include "dataflow_api.h"\n// comments do not count: void MAIN\nvoid kernel_main() {}\n'
+    return _with(p, kernels=[dataclasses.replace(p.kernels[0], source=src), *p.kernels[1:]])
+
+
 def _cb_index(p):
-    return _with(p, cbs=[*p.cbs, CircularBuffer(32, "bfloat16", 2048, 1, (0, 0))])
+    return _with(p, cbs=[*p.cbs, CircularBuffer(64, "bfloat16", 2048, 1, (0, 0))])
+
+
+def _bfp8_page(p):
+    return _with(p, cbs=[*p.cbs[:2], CircularBuffer(CB_OUT, "bfloat8_b", 2048, 2, CoreRange((0, 0), (3, 0)))])
 
 
 def _too_many_args(p):
@@ -830,9 +668,16 @@ def _args_for_foreign_core(p):
     (_big_cb, r"circular buffers on core \(0, 0\) need 1,646,592 B of L1 .* more than the 1,499,136 B usable"),
     (_dup_cb, r"CB 0 is defined 2 times on core \(1, 0\); a CB index is unique per core"),
     (_second_reader, r"core \(2, 0\) has two reader kernels \('reader' and 'reader2'\)"),
-    (_off_grid, r"covers cores \(9,0\)-\(11,0\), outside the 11 x 10 worker grid"),
-    (_no_main, r"compute kernel 'compute' has no entry point"),
-    (_cb_index, r"CB 32: CB indices are 0..31"),
+    (_off_grid, r"covers cores \(11,0\)-\(13,0\), outside the 13 x 10 worker grid"),
+    (_no_main, r"compute kernel 'compute' has no entry point: its source needs 'void kernel_main\(\) \{ \.\.\. \}'"),
+    (_old_api, r"compute kernel 'compute' is written for the kernel API before TT-Metal 0.81.*'namespace NAMESPACE "
+               r"\{ void MAIN \{ \.\.\. \} \}': write 'void kernel_main\(\) \{ \.\.\. \}' at file scope.*"
+               r"compute_kernel_api/\.\.\.\": write #include \"api/compute/\.\.\.\".*binary_op_init_common: write "
+               r"compute_kernel_hw_startup.*add_tiles_init: write add_init"),
+    (_old_reader, r"reader kernel 'reader' is written for the kernel API before TT-Metal 0.81.*: #include "
+                  r"\"dataflow_api.h\": write #include \"api/dataflow/dataflow_api.h\"$"),
+    (_cb_index, r"CB 64: CB indices are 0..63"),
+    (_bfp8_page, r"CB 16 holds bfloat8_b in 2048 B pages; a bfloat8_b page is whole tiles of 1088 B"),
     (_too_many_args, r"reader on core \(0, 0\) has 342 runtime args, more than Metalium's 341"),
     (_negative_arg, r"runtime arg 0 of writer on core \(0, 0\) is -1, not a uint32"),
     (_args_for_foreign_core, r"runtime args for writer on core \(7, 7\), which the kernel does not run on"),
@@ -857,7 +702,8 @@ def test_cbs_share_l1_with_l1_buffers(dev):
     prog = Program("big", [Kernel("reader", DM_STUB_CPP, core, lambda k: None)],
                    [CircularBuffer(0, "bfloat16", 2048, 600, core)])  # fmt: skip
     dev.run_program(prog, [])  # 1.2 MB of CBs fit an empty L1
-    l1 = dev.allocate(shape=(32 * 140, 32 * 110), fmt="bfloat16", layout="tile", kind="l1")  # 140 tiles a core
+    tiles = (32 * 140, 32 * dev.card.cores)  # 140 tiles a core
+    l1 = dev.allocate(shape=tiles, fmt="bfloat16", layout="tile", kind="l1")
     with pytest.raises(ProgramError, match=r"more than the 1,212,416 B usable .*less 286,720 B of L1 buffers"):
         dev.run_program(prog, [l1])
     dev.free(l1)
@@ -1166,8 +1012,9 @@ def _unary_compute(sfpu, init=None):
         ("abs_tile", np.abs, False),
         ("negative_tile", np.negative, False),
         ("square_tile", np.square, False),
-        ("gelu_tile", lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))), True),
+        ("gelu_tanh_tile", lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))), False),
         ("gelu_tile", lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / np.sqrt(2))), False),
+        ("gelu_tile", lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / np.sqrt(2))), True),  # the card's LUT
     ],
 )
 def test_sfpu_unary_ops(dev, sfpu, reference, approx):
@@ -1180,7 +1027,11 @@ def test_sfpu_unary_ops(dev, sfpu, reference, approx):
     dev.run_program(prog, [bx, out])
     with np.errstate(all="ignore"):
         want = reference(x.astype(np.float64)).astype(np.float32)
-    np.testing.assert_array_equal(dev.download(out), want)
+    if approx:  # the LUT gelu: within its documented 0.0234 of the erf form, and not equal to it
+        np.testing.assert_allclose(dev.download(out), want, rtol=0, atol=0.0235)
+        assert not np.array_equal(dev.download(out), want)
+    else:
+        np.testing.assert_array_equal(dev.download(out), want)
 
 
 def _binary_compute(op):

@@ -30,6 +30,7 @@ class FakeTTNN(types.ModuleType):
         self.Shape = tuple
         self.MeshCoordinate = lambda coord: tuple(coord)
         self.GetNumAvailableDevices = lambda: 1
+        self.SetDefaultDevice = lambda device: None
         self.get_arch_name = lambda: "blackhole"
         self.next_address = 0x1000
         for name in ("open_device", "close_device", "synchronize_device", "TensorSpec", "allocate_tensor_on_device",
@@ -126,6 +127,7 @@ def test_the_hal_opens_a_card_through_ttnn(fake, dev):
     info = dev.describe()
     assert (info["backend"], info["arch"], info["compute_grid"], info["simulated"]) == ("ttnn", "blackhole", "11x10",
                                                                                           False)  # fmt: skip
+    assert dev.card.grid == (11, 10)  # the grid the chip reports, not the card spec's (13 x 10)
 
 
 def test_values_round_trip_through_device_tensors(dev):

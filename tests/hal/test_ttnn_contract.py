@@ -26,12 +26,14 @@ from kohakutt.hal.backends import ttnn_backend as tb
 from kohakutt.hal.layout import Format, nbytes
 
 PROBE = Path(__file__).with_name("ttnn_probe.py")
+WRITER_FILE = (ROOT / "kohakutt" / "kernels" / "programs" / "shared" / "tile_writer.cpp").resolve()
 
 # Calls that are harmless on a machine without a card: the binding takes the keywords, then finds no chip.
 BIND_PROBES = {
     "open_device": {"device_id": 0, "l1_small_size": tb.L1_SMALL_SIZE, "trace_region_size": 1 << 20,
                     "num_command_queues": tb.NUM_COMMAND_QUEUES},
 }  # fmt: skip
+
 
 def _load_probe() -> types.ModuleType:
     spec = importlib.util.spec_from_file_location("ttnn_probe", PROBE)
@@ -63,8 +65,9 @@ def declared_contract() -> tuple[list[str], dict[str, list[str]]]:
     """The backend's TT-NN names and keywords plus every op family module's (``TTNN_NAMES`` / ``TTNN_SIGNATURES``
     in each module that ``kohakutt.kernels.families`` imports), keywords of one callable united."""
     import kohakutt.kernels.families as families
+    from kohakutt.mesh import ttnn_mesh
 
-    modules = [tb, *(m for m in vars(families).values() if isinstance(m, types.ModuleType))]
+    modules = [tb, ttnn_mesh, *(m for m in vars(families).values() if isinstance(m, types.ModuleType))]
     names: dict[str, None] = {}
     signatures: dict[str, list[str]] = {}
     for m in modules:
@@ -83,8 +86,10 @@ def contract(ttnn_python: Path) -> dict:
 def test_every_op_family_declares_its_ttnn_names():
     names, _ = declared_contract()
     from kohakutt.kernels import fused
+    from kohakutt.mesh import ttnn_mesh
 
     assert set(fused.TTNN_NAMES) <= set(names) and "experimental.rotary_embedding_llama" in names
+    assert set(ttnn_mesh.TTNN_NAMES) <= set(names) and "set_fabric_config" in names
 
 
 # ------------------------------------------------------------------------------------------- the contract itself
@@ -169,28 +174,52 @@ HOST_SCRIPT = textwrap.dedent("""
         ours = tb.host_bytes(ttnn, tb.host_tensor_from_bytes(ttnn, geo, pattern)).copy()
         out["buffers"].append({"ttnn": base64.b64encode(theirs.tobytes()).decode(), "geometry_nbytes": geo.nbytes,
                                "round_trip": bool(np.array_equal(ours, pattern))})
+    from pathlib import Path
     from kohakutt.hal.program import CircularBuffer, CoreRange, Kernel, Program, Semaphore
     src = "void kernel_main() {}"
+    writer_file = Path(cases["writer_file"])
     prog = Program("probe", kernels=[
         Kernel("reader", src, [(0, 0), CoreRange((1, 0), (2, 1))], compile_time_args=[1, 2], defines={"N": 4}),
-        Kernel("compute", src, (0, 0), compile_time_args=[3], math_fidelity="HiFi2", fp32_dest_acc_en=True),
-        Kernel("writer", src, (3, 3), common_runtime_args=[5]),
-    ], cbs=[CircularBuffer(0, "bfloat16", 2048, 2, (0, 0)), CircularBuffer(16, "bfloat8_b", 1088, 4, (0, 0))],
-       semaphores=[Semaphore(0, (0, 0), 1)],
+        Kernel("compute", src, (0, 0), compile_time_args=[3], math_fidelity="HiFi2", fp32_dest_acc_en=True,
+               math_approx_mode=True, dst_full_sync_en=True),
+        Kernel("writer", writer_file, (3, 3), common_runtime_args=[5]),
+    ], cbs=[CircularBuffer(0, "bfloat16", 2048, 2, (0, 0)), CircularBuffer(16, "bfloat8_b", 1088, 4, [(0, 0), (3, 3)])],
+       semaphores=[Semaphore(0, CoreRange((0, 0), (1, 0)), 1)],
        runtime_args=lambda bufs, rt: {"reader": [bufs[0].address, bufs[0].num_pages, rt["n"]],
                                       "writer": {(3, 3): [bufs[1].address]}})
     fake = [types.SimpleNamespace(num_pages=3, address=64), types.SimpleNamespace(num_pages=1, address=128)]
     pd = program_descriptor(ttnn, prog, fake, [0x1000, 0x2000], {"n": 9})
+
+    def ranges(crs):
+        return [[r.start.x, r.start.y, r.end.x, r.end.y] for r in crs.ranges()]
+
+    def kernel(k):
+        cores = [(x, y) for sx, sy, ex, ey in ranges(k.core_ranges) for y in range(sy, ey + 1)
+                 for x in range(sx, ex + 1)]
+        out = {"source_type": str(k.source_type), "source": k.kernel_source, "cores": ranges(k.core_ranges),
+               "ct": list(k.compile_time_args), "defines": [list(d) for d in k.defines],
+               "rt": {f"{x},{y}": list(k.runtime_args[x][y]) for x, y in cores},
+               "common": list(k.common_runtime_args), "config": type(k.config).__name__}
+        if out["config"] == "ComputeConfigDescriptor":
+            c = k.config
+            out |= {"fidelity": str(c.math_fidelity), "approx": c.math_approx_mode, "fp32": c.fp32_dest_acc_en,
+                    "full_sync": c.dst_full_sync_en}
+        return out
+
     out["program"] = {
-        "kernels": [[str(k.source_type), len(k.core_ranges.ranges()), list(k.compile_time_args), list(k.defines),
-                     type(k.config).__name__] for k in pd.kernels],
-        "reader_args": list(pd.kernels[0].runtime_args[2][1]),
-        "writer_args": list(pd.kernels[2].runtime_args[3][3]),
-        "writer_common": list(pd.kernels[2].common_runtime_args),
-        "fidelity": str(pd.kernels[1].config.math_fidelity), "fp32": pd.kernels[1].config.fp32_dest_acc_en,
-        "cbs": [[c.total_size, [f.buffer_index for f in c.format_descriptors]] for c in pd.cbs],
-        "semaphores": [[x.id, x.initial_value] for x in pd.semaphores],
+        "kernels": [kernel(k) for k in pd.kernels],
+        "cbs": [[c.total_size, ranges(c.core_ranges), [[f.buffer_index, f.page_size] for f in c.format_descriptors]]
+                for c in pd.cbs],
+        "semaphores": [[x.id, x.initial_value, ranges(x.core_ranges)] for x in pd.semaphores],
     }
+    formats = {}  # every CB format the HAL has, as TT-NN's CBFormatDescriptor takes it
+    for fmt in Format:
+        try:
+            one = Program("f", [Kernel("reader", src, (0, 0))], cbs=[CircularBuffer(1, fmt, fmt.tile_bytes, 1, (0, 0))])
+            formats[fmt.value] = program_descriptor(ttnn, one, [], [], {}).cbs[0].format_descriptors[0].page_size
+        except Exception as e:
+            formats[fmt.value] = f"{type(e).__name__}: {e}"
+    out["formats"] = formats
     sys.stdout.flush()
     os.dup2(answer_fd, 1)
     print(json.dumps(out))
@@ -226,7 +255,8 @@ def host_run(ttnn_python: Path, tmp_path_factory) -> tuple[list, dict]:
                            capture_output=True, text=True)  # fmt: skip
     if check.returncode != 0:
         pytest.skip(f"kohakutt does not import under the ttnn venv's Python: {check.stderr.strip().splitlines()[-1]}")
-    res = subprocess.run([str(ttnn_python), "-c", HOST_SCRIPT], input=json.dumps({"buffers": [c for _, c in cases]}),
+    request = {"buffers": [c for _, c in cases], "writer_file": str(WRITER_FILE)}
+    res = subprocess.run([str(ttnn_python), "-c", HOST_SCRIPT], input=json.dumps(request),
                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert res.returncode == 0, f"host script failed:\n{res.stderr[-3000:]}"
     return cases, json.loads(res.stdout)
@@ -258,16 +288,30 @@ def test_ttnn_lays_out_tensors_as_the_hal_does(host_run):
 
 
 def test_programs_become_ttnn_program_descriptors(host_run):
+    """Every ProgramDescriptor field the ttnn backend sets, read back from TT-NN's own objects: a kernel given as a
+    file goes as FILE_PATH with its path, one given as text as SOURCE_CODE."""
     p = host_run[1]["program"]
-    assert [k[4] for k in p["kernels"]] == ["ReaderConfigDescriptor", "ComputeConfigDescriptor",
-                                            "WriterConfigDescriptor"]  # fmt: skip
-    assert all(k[0].endswith("SOURCE_CODE") for k in p["kernels"])
-    assert p["kernels"][0][1:4] == [2, [1, 2], [["N", "4"]]]
-    assert p["reader_args"] == [0x1000, 3, 9], "runtime args must see the card's address of each buffer"
-    assert p["writer_args"] == [0x2000] and p["writer_common"] == [5]
-    assert p["fidelity"].endswith("HiFi2") and p["fp32"] is True
-    assert p["cbs"] == [[2 * 2048, [0]], [4 * 1088, [16]]]
-    assert p["semaphores"] == [[0, 1]]
+    reader, compute, writer = p["kernels"]
+    assert [k["config"] for k in p["kernels"]] == ["ReaderConfigDescriptor", "ComputeConfigDescriptor",
+                                                   "WriterConfigDescriptor"]  # fmt: skip
+    assert reader["source_type"].endswith("SOURCE_CODE") and reader["source"] == "void kernel_main() {}"
+    assert writer["source_type"].endswith("FILE_PATH") and writer["source"] == str(WRITER_FILE)
+    assert reader["cores"] == [[0, 0, 0, 0], [1, 0, 2, 1]] and writer["cores"] == [[3, 3, 3, 3]]
+    assert (reader["ct"], reader["defines"], compute["ct"]) == ([1, 2], [["N", "4"]], [3])
+    assert set(reader["rt"]) == {"0,0", "1,0", "2,0", "1,1", "2,1"}  # every core of the kernel, here the same args
+    assert all(v == [0x1000, 3, 9] for v in reader["rt"].values()), "runtime args must see each buffer's card address"
+    assert writer["rt"] == {"3,3": [0x2000]} and writer["common"] == [5] and compute["rt"] == {"0,0": []}
+    assert compute["fidelity"].endswith("HiFi2") and (compute["approx"], compute["fp32"], compute["full_sync"]) == (
+        True, True, True)  # fmt: skip
+    assert p["cbs"] == [[2 * 2048, [[0, 0, 0, 0]], [[0, 2048]]], [4 * 1088, [[0, 0, 0, 0], [3, 3, 3, 3]], [[16, 1088]]]]
+    assert p["semaphores"] == [[0, 1, [[0, 0, 1, 0]]]]
+
+
+def test_every_cb_format_of_the_hal_is_a_ttnn_data_format(host_run):
+    formats = host_run[1]["formats"]
+    assert set(formats) == {f.value for f in Format}
+    bad = {f: v for f, v in formats.items() if v != Format(f).tile_bytes}
+    assert not bad, f"CB formats TT-NN's CBFormatDescriptor does not take: {bad}"
 
 
 # ------------------------------------------------------------------------------- without ttnn, in this Python

@@ -7,26 +7,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mock_p150 import CLUSTER_DESC
+
 ROOT = Path(__file__).resolve().parents[2]
 NO_TTNN = "no Python with ttnn 0.81.1: run scripts/ttnn_venv.sh (needs Python 3.12) or set KTT_TTNN_PYTHON"
 
-# A single P150 (Blackhole, no harvested Tensix columns) for TT-Metal's mock cluster: TT-NN's host conversions ask
-# the runtime for tile sizes and L1 alignment, which otherwise needs a card.
-MOCK_P150 = """\
-arch: {0: blackhole}
-chips: {}
-chip_unique_ids: {0: 4466765987841}
-ethernet_connections: []
-ethernet_connections_to_remote_devices: []
-chips_with_mmio: [{0: 0}]
-harvesting:
-  0: {noc_translation: true, harvest_mask: 0, dram_harvesting_mask: 0, eth_harvesting_mask: 288,
-      pcie_harvesting_mask: 2, l2cpu_harvesting_mask: 0}
-chip_to_boardtype: {0: p150}
-boards:
-  - [{board_id: 4466765987841}, {board_type: p150}, {chips: [0]}]
-asic_locations: {0: 0}
-"""
+# The mocked P150's cluster descriptor (tests/ttnn/mock_p150.py): TT-NN's host conversions ask the runtime for tile
+# sizes and L1 alignment, which otherwise needs a card.
+MOCK_P150 = CLUSTER_DESC
 
 
 def find_ttnn_python() -> Path | None:

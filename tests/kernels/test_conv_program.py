@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from sim_modes import sim_kernels
 
 from kohakutt import hal
 from kohakutt import kernels as kk
@@ -49,20 +50,28 @@ def normal(rng, *shape):
 
 
 def fast_path(dev, x, w, b, attrs, dtypes, num):
-    """The op through kernels.run with the own kernel, and the operands as stored."""
+    """The op through kernels.run with the own kernel, and the operands as stored. The program is the one-pass
+    convolution: float32 operands as TF32 (``fp32_matmul="high"``; the default "highest" splits them first)."""
     ins = [kk.from_numpy(dev, a, dt, "tile" if DType.of(dt).format.is_block else "row_major")
            for a, dt in zip((x, w, b), dtypes) if a is not None]
-    with numerics(**num):
+    with numerics(fp32_matmul="high", **num):
         (y,) = kk.run("conv", ins, attrs, provider="ktt")
     return kk.to_numpy(y), [kk.to_numpy(t) for t in ins]
 
 
 def program(dev, stored, attrs, dtypes, num, max_cores=3, w_resident=None):
+    """The program's output run from its kernels' C++; its Python twin must give the same bits."""
     x, w, *rest = stored
     fp32 = num.get("fp32_acc", dtypes[0] == "float32" and dtypes[1] == "float32")
-    return pc.run_conv_program(dev, x, w, rest[0] if rest else None, attrs, x_dtype=dtypes[0], w_dtype=dtypes[1],
-                               bias_dtype=dtypes[2] if rest else None, fidelity=num.get("fidelity", "HiFi4"),
-                               fp32_acc=fp32, w_resident=w_resident, max_cores=max_cores)  # fmt: skip
+    outs = []
+    for mode in ("cpp", "python"):
+        with sim_kernels(mode):
+            outs.append(pc.run_conv_program(dev, x, w, rest[0] if rest else None, attrs, x_dtype=dtypes[0],
+                                            w_dtype=dtypes[1], bias_dtype=dtypes[2] if rest else None,
+                                            fidelity=num.get("fidelity", "HiFi4"), fp32_acc=fp32,
+                                            w_resident=w_resident, max_cores=max_cores))  # fmt: skip
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32), err_msg="C++ != twin")
+    return outs[0]
 
 
 # name: x shape, w shape, attrs, (x, w, bias) dtypes (bias None: no bias), numerics
@@ -107,6 +116,23 @@ def test_program_is_bit_exact_where_sums_are_exact(dev, name, resident):
     got = program(dev, stored, attrs, dtypes, num, w_resident=resident)
     assert got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["padded 3x3", "float32, bf16 DST, HiFi2", "channels last",
+                                  "groups 2 channels last, float32 out", "conv1d channels last fp32 DST"])
+def test_cpp_and_python_twins_agree_bit_for_bit(dev, knobs, name):
+    """The program run from its C++ (the host build of the kernel API, the card's rules checked at every call: NoC
+    alignment, CB balance) and from its Python twins gives the same bits on normal data."""
+    xs, ws, attrs, dtypes, num = CASES[name]
+    rng = np.random.default_rng(7)
+    x, w = normal(rng, *xs), normal(rng, *ws)
+    b = normal(rng, ws[0]) if dtypes[2] else None
+    _, stored = fast_path(dev, x, w, b, attrs, dtypes, num)
+    got = {}
+    for mode in ("cpp", "python"):
+        knobs(KTT_SIM_KERNELS=mode)
+        got[mode] = program(dev, stored, attrs, dtypes, num)
+    np.testing.assert_array_equal(got["cpp"].view(np.uint32), got["python"].view(np.uint32))
 
 
 def _magnitudes(x, w, b, attrs):
@@ -157,7 +183,7 @@ def test_registered_kernel_is_the_program(dev):
     assert kinds["compute"].fp32_dest_acc_en and kinds["compute"].fidelity == "HiFi2"
     assert "tilize_block" in kinds["compute"].source and "matmul_tiles" in kinds["compute"].source
     assert "noc_async_read(" in kinds["reader"].source and "noc_async_write(" in kinds["writer"].source
-    assert len(prog.cores()) == 110  # 784 M tiles of work over the whole grid
+    assert len(prog.cores()) == dev.card.cores  # 784 M tiles of work over the whole grid
     s = spec.shape
     bufs = [dev.allocate(shape=(8, 64, 56, 56), fmt="bfloat16"),
             dev.allocate(shape=(s.kh * s.krt * 32, s.nt * 32), fmt="bfloat16", layout="tile"),

@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from sim_modes import sim_kernels
 
 from kohakutt import hal, numerics
 from kohakutt import kernels as kk
@@ -376,10 +377,15 @@ def test_rotary_caches_broadcast_over_heads(dev):
 
 # ------------------------------------------------------------------------------------------- the own programs
 def program_matches(op, inputs, attrs=None, **kw):
+    """The program run from its C++ (the host build of the kernel API) and from its Python twin, and the vectorized
+    model the op library runs: the same bits."""
     (fast,) = kk.run(op, inputs, attrs or {}, provider="ktt")[:1]
     (prog,) = pf.run_program(op, inputs, attrs, **kw)[:1]
-    a, b = kk.to_numpy(fast), kk.to_numpy(prog)
+    with sim_kernels("python"):
+        (twin,) = pf.run_program(op, inputs, attrs, **kw)[:1]
+    a, b, c = kk.to_numpy(fast), kk.to_numpy(prog), kk.to_numpy(twin)
     np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=f"{op} {attrs}: program != model")
+    np.testing.assert_array_equal(b.view(np.uint32), c.view(np.uint32), err_msg=f"{op} {attrs}: C++ != twin")
     return a
 
 

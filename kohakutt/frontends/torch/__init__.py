@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import sys
 import threading
 import warnings
 from collections import Counter
@@ -180,7 +181,14 @@ def _keep_parameters_on_conversion() -> None:
     def wrap(method: Callable[..., Any], device_of: Callable[[tuple, dict], Any]) -> Callable[..., Any]:
         @functools.wraps(method)
         def run(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if future.get_swap_module_params_on_conversion() or not involves_tt(self, device_of(args, kwargs)):
+            target = device_of(args, kwargs)
+            rt = sys.modules.get("kohakutt.frontends.torch.runtime")  # loaded once a chip (or the mesh) is used
+            if target is not None and method.__name__ == "to" and rt and rt.is_mesh(torch.device(target).index):
+                from kohakutt.frontends.torch import mesh
+
+                _, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+                return mesh.module_to(self, torch.device(target), dtype)  # placed by the modules' marks
+            if future.get_swap_module_params_on_conversion() or not involves_tt(self, target):
                 return method(self, *args, **kwargs)
             future.set_swap_module_params_on_conversion(True)
             try:

@@ -407,3 +407,18 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     """True: bfloat16 is one of the card's own formats."""
     return True
+
+
+# ------------------------------------------------------------------------------------------------------ the mesh
+def mesh_stats() -> dict[str, Any]:
+    """What the open mesh (``kohakutt.mesh``) has done: collectives per kind (count, and bytes each chip received
+    over the link), ops, ops gathered for want of a rule, decision-cache hits and misses."""
+    from kohakutt.frontends.torch import mesh
+
+    return mesh.mesh_stats()
+
+
+def reset_mesh_stats() -> None:
+    from kohakutt.frontends.torch import mesh
+
+    mesh.reset_mesh_stats()

@@ -63,6 +63,26 @@ _alloc_streams: dict[int, Stream] = {}  # data pointer -> the stream current whe
 _used_on: dict[int, set[Stream]] = {}  # data pointer -> other streams that use the storage (record_stream)
 _free_lock = threading.Lock()
 _free_slots = (ctypes.c_int64 * 256)()
+_mesh_index: int | None = None  # tt:<index> of the open mesh (kohakutt.frontends.torch.mesh)
+
+
+def register_mesh(mesh: Any) -> None:
+    """Make ``tt:<mesh.index>`` the mesh: its storages, its default stream."""
+    global _mesh_index
+    with _lock:
+        _streams[(mesh.index, 0)] = mesh.default_stream
+        _stream_ids[id(mesh.default_stream)] = (mesh.index, 0)
+        _mesh_index = mesh.index
+
+
+def is_mesh(index: int | None) -> bool:
+    return _mesh_index is not None and index == _mesh_index
+
+
+def device_slots() -> int:
+    """Device indices torch sees: the chips, and the mesh's index after them when there are two or more."""
+    n = hal.device_count()
+    return n + 1 if n >= 2 else n
 
 
 def device(index: int) -> Device:
@@ -72,6 +92,10 @@ def device(index: int) -> Device:
         drain_frees()
     dev = _devices.get(index)
     if dev is None or dev.closed:
+        if index == _mesh_index or (index >= 2 and index == hal.device_count()):
+            from kohakutt.frontends.torch import mesh
+
+            return mesh.mesh_device(index)  # type: ignore[return-value]
         with _lock:
             dev = _devices.get(index)
             if dev is None or dev.closed:
@@ -99,7 +123,7 @@ def stream_id(stream: Stream) -> tuple[int, int]:
 
 
 def new_stream(index: int) -> int:
-    s = device(index).new_stream()
+    s = device(index).new_stream()  # a mesh's: one new stream per chip
     sid = next(_stream_counter)
     with _lock:
         _streams[(index, sid)] = s
@@ -110,6 +134,13 @@ def new_stream(index: int) -> int:
 def buffer_of(ptr: int) -> tuple[Buffer, int]:
     """The HAL buffer holding data pointer ``ptr`` and the byte offset of ``ptr`` in it."""
     buf = _buffers.get(ptr)
+    if buf is None and _mesh_index is not None:
+        from kohakutt.frontends.torch import mesh
+
+        st = mesh.storage_at(ptr)
+        if st is not None:
+            st.check_live("a tt storage")
+            return st, 0  # type: ignore[return-value]
     if buf is not None:
         if buf.device.closed or not buf.is_live:
             raise DeviceError(
@@ -134,6 +165,10 @@ def adopt_storage(t: Any, storage: Any) -> None:
 def _alloc(index: int, nbytes: int) -> int:
     """Device memory for a new storage of ``nbytes`` on ``tt:<index>``: its data pointer. The memory comes from the
     HAL's caching allocator, ordered on the current stream (the storage's free goes there too)."""
+    if index == _mesh_index:
+        from kohakutt.frontends.torch import mesh
+
+        return mesh.alloc(index, nbytes)
     dev = device(index)
     stream = current_stream(index)
     buf = dev.allocate(nbytes, cached=True, stream=stream)
@@ -152,7 +187,12 @@ def give_storage(t: Any, nbytes: int, index: int, ndim: int, sizes_strides: Any)
     ``sizes_strides`` (from :func:`dims`; ``ndim`` of each): what ``torch.UntypedStorage`` and ``set_`` do, without
     the allocator callback (the output of every op comes here)."""
     try:
-        ptr = _alloc(index, nbytes) if nbytes else 0
+        if index == _mesh_index and nbytes:
+            from kohakutt.frontends.torch import mesh
+
+            ptr = mesh.alloc(index, nbytes, t.dtype, sizes_strides[:ndim], sizes_strides[ndim : 2 * ndim])
+        else:
+            ptr = _alloc(index, nbytes) if nbytes else 0
     except OutOfMemoryError as e:  # what torch raises for a device allocation that does not fit
         raise torch.OutOfMemoryError(f"{type(e).__name__}: {e}") from e
     if _lib.ktt_torch_set_buffer(t._cdata, ptr, nbytes, index, ndim, sizes_strides) != 0:
@@ -163,6 +203,11 @@ def give_storage(t: Any, nbytes: int, index: int, ndim: int, sizes_strides: Any)
 
 def _free(ptr: int) -> None:
     buf = _buffers.pop(ptr, None)
+    if buf is None and _mesh_index is not None:
+        from kohakutt.frontends.torch import mesh
+
+        if mesh.free(ptr):
+            return
     stream = _alloc_streams.pop(ptr, None)
     used = _used_on.pop(ptr, None) if _used_on else None
     if buf is None or not buf.is_live or buf.device.closed:
@@ -173,8 +218,8 @@ def _free(ptr: int) -> None:
 def record_stream(ptr: int, index: int, sid: int) -> None:
     """``Tensor.record_stream``: the storage at ``ptr`` is used on stream ``sid`` of ``tt:<index>`` too, so its
     memory is reused only once that stream has run the work queued on it before the storage dies."""
-    if ptr == 0:
-        return  # a zero-byte storage has no memory to hold back
+    if ptr == 0 or is_mesh(index):
+        return  # no memory to hold back (a mesh storage's frees are ordered on the mesh's streams)
     if ptr not in _buffers:
         raise BufferUseError(f"record_stream: address {ptr:#x} is not a live tt storage")
     s = stream_by_id(index, sid)
@@ -209,6 +254,11 @@ def _copy(dst: int, src: int, nbytes: int) -> None:
         return
     sbuf, soff = buffer_of(src)
     dbuf, doff = buffer_of(dst)
+    if not isinstance(sbuf, Buffer) or not isinstance(dbuf, Buffer):
+        from kohakutt.frontends.torch import mesh
+
+        mesh.copy_bytes(dst, src, nbytes)
+        return
     dev = dbuf.device
     dev.copy(sbuf, dbuf, src_offset=soff, dst_offset=doff, nbytes=nbytes, stream=current_stream(dev.chip_id))
 
@@ -228,8 +278,14 @@ def _stats(index: int, which: int) -> int:
 
 def _event_record(handle: int, index: int, sid: int) -> int:
     eid = handle or next(_event_ids)
-    ev = Event()
-    stream_by_id(index, sid).record_event(ev)
+    s = stream_by_id(index, sid)
+    if isinstance(s, Stream):
+        ev: Any = Event()
+    else:
+        from kohakutt.mesh.device import MeshEvent
+
+        ev = MeshEvent()
+    s.record_event(ev)
     _events[eid] = ev
     return eid
 
@@ -275,7 +331,7 @@ def _dispatch(op: int, a: int, b: int, c: int, d: int) -> int:
     elif op == EVENT_ELAPSED_US:
         return round(elapsed_ms(a, b) * 1e3)  # microseconds: the glue divides by 1000
     elif op == DEVICE_COUNT:
-        return hal.device_count()
+        return device_slots()
     elif op == STATS:
         return _stats(a, b)
     elif op == RESET_PEAK:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from kohakutt.errors import DtypeError
+from kohakutt.errors import DeviceError, DtypeError
 from kohakutt.frontends.torch import runtime
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.device import Device
@@ -119,6 +119,10 @@ def tt_view(t: torch.Tensor) -> DeviceTensor | None:
     storage's data pointer names its buffer: tt addresses are never reused and lie above any host address."""
     buf = runtime._buffers.get(t.untyped_storage().data_ptr())
     if buf is None or buf._state != "live" or buf.device._closed:
+        if buf is None and runtime._mesh_index is not None:
+            from kohakutt.frontends.torch import mesh
+
+            return mesh.view(t)  # type: ignore[return-value]  (a MeshTensor: the op library runs it on the mesh)
         return None
     shape, tdt = t.shape, t.dtype
     spec = _SPECS.get((shape, tdt))
@@ -142,6 +146,13 @@ def to_device_tensor(t: torch.Tensor) -> DeviceTensor:
     fast = tt_view(t)
     if fast is not None:
         return fast
+    if runtime.is_mesh(t.device.index):
+        from kohakutt.frontends.torch import mesh
+
+        mt = mesh.view(t)
+        if mt is None:
+            raise DeviceError(f"this {t.device} tensor's storage is no longer live (was the mesh closed?)")
+        return mt  # type: ignore[return-value]
     dtype = check_dtype(t.dtype)
     ptr = t.untyped_storage().data_ptr()
     spec = TensorSpec(tuple(t.shape), dtype)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kohakutt.hal.card import P150A, CardSpec
+
 if TYPE_CHECKING:
     from kohakutt.hal.buffer import Buffer
     from kohakutt.hal.program import Program
@@ -66,6 +68,11 @@ class Backend(ABC):
     @abstractmethod
     def run_program(self, program: Program, buffers: Sequence[Buffer], runtime_args: dict[str, Any]) -> None:
         """Run a reader / compute / writer program over ``buffers`` (inputs first, outputs last)."""
+
+    def card(self) -> CardSpec:
+        """The card's figures once open: the P150A's, with what the chip reports in place of the defaults (a card
+        backend reads its compute grid from the device)."""
+        return P150A
 
     def describe(self) -> dict[str, Any]:
         """Facts for ``ktt doctor`` and ``ktt info``: what chip this is and how it was opened."""

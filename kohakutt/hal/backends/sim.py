@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kohakutt import config
 from kohakutt.hal.backends.base import Backend
 
 if TYPE_CHECKING:
@@ -55,9 +56,16 @@ class SimBackend(Backend):
         """Nothing to wait for: each command has run to completion on the stream's worker thread."""
 
     def run_program(self, program: Program, buffers: Sequence[Buffer], runtime_args: dict[str, Any]) -> None:
-        from kohakutt.hal.backends import sim_program
+        """Run from the kernels' C++ (the host build of the kernel API), or from their Python twins when knob
+        ``KTT_SIM_KERNELS=python``."""
+        if config.get("KTT_SIM_KERNELS") == "python":
+            from kohakutt.hal.backends import sim_program
 
-        sim_program.run(self, program, buffers, runtime_args)
+            sim_program.run(self, program, buffers, runtime_args)
+        else:
+            from kohakutt.hal.backends import sim_native
+
+            sim_native.run(self, program, buffers, runtime_args)
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "sim", "chip": self.chip_id, "simulated": True}

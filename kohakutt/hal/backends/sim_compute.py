@@ -4,8 +4,9 @@ DST holds ``Kernel.dst_tiles`` tiles as float32 arrays whose values are rounded 
 ``fp32_dest_acc_en``. ``tile_regs_acquire`` hands the math side a zeroed DST; math ops run between acquire and
 commit, ``pack_tile`` between wait and release, as on the card. Unpacking reads a CB page in the CB's data format into
 a source register (float32 truncated to TF32, or to BF16 with a 16-bit DST); multiplies run at the kernel's math
-fidelity and a BF16 DST is rounded after every MVMUL: the rules of ``docs/concepts/numerics.md``, which
-``kohakutt.kernels.cardmath`` implements for whole ops (the tests check that the two agree). ``pack_tile`` converts
+fidelity and a BF16 DST is rounded after every MVMUL: the rules of ``docs/concepts/numerics.md``, computed by the
+card's arithmetic core (``kohakutt.hal.cardcore``, the C functions the host build of the kernel API runs too), which
+``kohakutt.kernels.cardmath`` extends to whole ops (the tests check that they agree). ``pack_tile`` converts
 DST to the output CB's format (bfloat16 nearest-even, block floats by the host packer's rules). Each op needs its
 ``*_init`` (and a hardware start-up) first, as on the card.
 
@@ -14,12 +15,12 @@ DST to the output CB's format (bfloat16 nearest-even, block floats by the host p
 
 from __future__ import annotations
 
-import math
+import functools
 from collections.abc import Callable
 
 import numpy as np
 
-from kohakutt.hal import formats
+from kohakutt.hal import cardcore, formats
 from kohakutt.hal.backends.sim_program import _CB, KernelAPI, _Run
 from kohakutt.hal.layout import TILE, Format
 from kohakutt.hal.program import CoreCoord, Kernel, MathFidelity
@@ -35,36 +36,21 @@ MVMUL_K = 16  # products one MVMUL sums in FP32 before adding them to DST
 def cut(x: np.ndarray, bits: int) -> np.ndarray:
     """``x`` (float32) keeping only its top ``bits`` significant bits (implicit one included), truncating."""
     mask = np.uint32((0xFFFFFFFF << (24 - bits)) & 0xFFFFFFFF)
-    return (np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & mask).view(np.float32)
+    a = np.asarray(x, dtype=np.float32)  # (np.ascontiguousarray would make a 0-d array 1-d)
+    return ((a if a.flags.c_contiguous else a.copy()).view(np.uint32) & mask).view(np.float32)
 
 
 def source_register(x: np.ndarray, fp32_acc: bool) -> np.ndarray:
     """What the unpacker puts in SrcA / SrcB: float32 truncated to TF32 with an FP32 DST, to BF16 with a 16-bit one
     (bfloat16 and block-float values pass unchanged)."""
-    return cut(x, 11 if fp32_acc else 8)
-
-
-def _split(x: np.ndarray, high_bits: int, all_bits: int) -> tuple[np.ndarray, np.ndarray]:
-    full = cut(x, all_bits)
-    high = cut(full, high_bits)
-    with np.errstate(invalid="ignore"):
-        return high, np.where(np.isfinite(full), full - high, np.float32(0.0)).astype(np.float32)
+    return cardcore.source_register(x, fp32_acc)
 
 
 def fidelity_pairs(srca: np.ndarray, srcb: np.ndarray, fidelity: MathFidelity, fp32_acc: bool
                    ) -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
-    """(SrcA part, SrcB part) per multiplier pass, in phase order: SrcA in two 5-bit slices (its last TF32 bit is never
-    used), SrcB in 7 + 4 bits; LoFi..HiFi4 run 1..4 passes (notes/blackhole.md, docs/concepts/numerics.md). Inf and
-    NaN stay in phase 0's high parts only (0 in later passes), so Inf * 1 is Inf, not Inf * 0 = NaN."""
-    a = _split(srca, 5, 10 if fp32_acc else 8)
-    b = _split(srcb, 7, 11 if fp32_acc else 8)
-    pairs = [(a[p & 1], b[p >> 1]) for p in range(fidelity.phases)]
-    return pairs[:1] + [(_finite_only(x), _finite_only(y)) for x, y in pairs[1:]]
-
-
-def _finite_only(x: np.ndarray) -> np.ndarray:
-    finite = np.isfinite(x)
-    return x if finite.all() else np.where(finite, x, np.float32(0.0))
+    """(SrcA slice, SrcB slice) per multiplier pass, in phase order (the card's arithmetic core decides the slices)."""
+    return [(cardcore.fidelity_slice(srca, cardcore.SRCA, p, fp32_acc),
+             cardcore.fidelity_slice(srcb, cardcore.SRCB, p, fp32_acc)) for p in range(fidelity.phases)]  # fmt: skip
 
 
 def _round_bf16(x: np.ndarray) -> np.ndarray:
@@ -73,57 +59,24 @@ def _round_bf16(x: np.ndarray) -> np.ndarray:
 
 def fpu_mul(srca: np.ndarray, srcb: np.ndarray, fidelity: MathFidelity, fp32_acc: bool) -> np.ndarray:
     """``mul_tiles``: each pass's exact product is added to DST in turn (a BF16 DST is rounded after each)."""
-    acc: np.ndarray | None = None
-    for a, b in fidelity_pairs(srca, srcb, fidelity, fp32_acc):
-        acc = a * b if acc is None else acc + a * b
-        if not fp32_acc:
-            acc = _round_bf16(acc)
-    assert acc is not None
-    return acc
+    return cardcore.fpu_mul(srca, srcb, fidelity.phases, fp32_acc)
 
 
 def fpu_matmul(dst: np.ndarray, in0: np.ndarray, in1: np.ndarray, fidelity: MathFidelity, fp32_acc: bool
                ) -> np.ndarray:  # fmt: skip
-    """``matmul_tiles``: DST + in0 @ in1, in0 in SrcB and in1 in SrcA. An FP32 DST adds the passes' products in FP32;
-    a BF16 DST is rounded after every MVMUL (each 16-wide K slice of each pass), in the LLK's order."""
-    pairs = fidelity_pairs(in1, in0, fidelity, fp32_acc)
-    if fp32_acc:
-        return (dst.astype(np.float64) + sum(b.astype(np.float64) @ a.astype(np.float64) for a, b in pairs)).astype(
-            np.float32)  # fmt: skip
-    out = dst.astype(np.float32)
-    for a, b in pairs:
-        for k in range(0, in0.shape[1], MVMUL_K):
-            out = _round_bf16(out + b[:, k : k + MVMUL_K] @ a[k : k + MVMUL_K, :])
-    return out
+    """``matmul_tiles``: DST + in0 @ in1, in0 in SrcB and in1 in SrcA, through the card's arithmetic core: an FP32
+    DST adds the passes' products once, a BF16 DST is rounded after every MVMUL (each 16-wide K slice of each pass)."""
+    return cardcore.matmul_tile(dst, in0, in1, fidelity.phases, fp32_acc)
 
 
-def _gelu(x: np.ndarray, approx: bool) -> np.ndarray:
-    if approx:
-        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-    return 0.5 * x * (1.0 + _ERF(x / math.sqrt(2.0)).astype(np.float64))
-
-
-_ERF = np.frompyfunc(math.erf, 1, 1)
-
-# name -> f(values as float64, approx mode) -> float64; results are rounded to DST by the caller.
+# name -> the SFPU op of the card's arithmetic core; f(values, approx) -> float32 DST values before rounding.
 SFPU_FUNCTIONS: dict[str, Callable[[np.ndarray, bool], np.ndarray]] = {
-    "exp": lambda x, approx: np.exp(x),
-    "log": lambda x, approx: np.log(x),
-    "recip": lambda x, approx: 1.0 / x,
-    "sqrt": lambda x, approx: np.sqrt(x),
-    "rsqrt": lambda x, approx: 1.0 / np.sqrt(x),
-    "relu": lambda x, approx: np.maximum(x, 0.0),
-    "gelu": _gelu,
-    "sigmoid": lambda x, approx: 1.0 / (1.0 + np.exp(-x)),
-    "tanh": lambda x, approx: np.tanh(x),
-    "abs": lambda x, approx: np.abs(x),
-    "negative": lambda x, approx: -x,
-    "square": lambda x, approx: x * x,
-}
-_SCALAR_OPS: dict[str, Callable[[np.ndarray, float], np.ndarray]] = {
-    "add": lambda x, s: x + s, "sub": lambda x, s: x - s, "mul": lambda x, s: x * s, "div": lambda x, s: x / s,
-    "rsub": lambda x, s: s - x,
+    name: functools.partial(cardcore.sfpu, op)
+    for name, op in {"exp": "exp", "log": "log", "recip": "reciprocal", "sqrt": "sqrt", "rsqrt": "rsqrt",
+                     "relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "sigmoid": "sigmoid", "tanh": "tanh",
+                     "abs": "abs", "negative": "negative", "square": "square", "silu": "silu"}.items()
 }  # fmt: skip
+_SCALAR_OPS = ("add", "sub", "mul", "div", "rsub")
 # The FPU's numerics, swappable for a finer model: FPU_MUL(srca, srcb, fidelity, fp32_acc) -> DST values,
 # FPU_MATMUL(dst, in0, in1, fidelity, fp32_acc) -> the new DST values.
 FPU_MUL = fpu_mul
@@ -148,6 +101,7 @@ class ComputeAPI(KernelAPI):
         self._sfpu: str | None = None
         self._acc_to_dest = False
         self._reduce = ("sum", "row")
+        self._reduce_mask = False  # after reduce_init the packer zeroes all but the reduction's result
 
     # ------------------------------------------------------------------------------------------- rule checks
     def _at_end(self) -> None:
@@ -264,6 +218,7 @@ class ComputeAPI(KernelAPI):
             self._started = True
             if fpu is not None:
                 self._fpu = fpu
+                self._reduce_mask = fpu == "reduce"
 
     def compute_kernel_hw_startup(self, icb0: int, icb1: int, ocb: int | None = None) -> None:
         """Configure unpack, math and pack once at the start of the kernel."""
@@ -302,6 +257,7 @@ class ComputeAPI(KernelAPI):
             for cb in cbs:
                 self._cb(cb)
             self._fpu = fpu
+            self._reduce_mask = False
 
     def copy_tile_init(self, cb: int) -> None:
         self._short_init("copy", cb)
@@ -378,19 +334,8 @@ class ComputeAPI(KernelAPI):
             x = self._unpack(icb, itile, "reduce_tile")
             scaler = self._unpack(icb_scaler, itile_scaler, "reduce_tile")[0, 0]
             pool_, dim_ = self._reduce
-            axis = {"row": 1, "col": 0, "scalar": None}[dim_]
-            if pool_ == "max":  # GMPOOL: no fidelity passes
-                red = (x.astype(np.float64) * float(scaler)).max(axis=axis)
-            else:  # data in SrcA times the scaler in SrcB at fidelity, summed in FP32
-                scaled = FPU_MUL(x, np.full_like(x, scaler), self.fidelity, True)
-                red = scaled.sum(axis=axis, dtype=np.float32)
-            out = self._dst[d].copy()
-            region = (slice(None), 0) if dim_ == "row" else (0, slice(None)) if dim_ == "col" else (0, 0)
-            if pool_ == "max":
-                out[region] = np.maximum(out[region], red) if self._written[d] else red
-            else:
-                out[region] = out[region] + red
-            self._store(d, out)
+            self._store(d, cardcore.reduce_tile(self._dst[d], x, scaler, pool_, dim_, self.fidelity.phases,
+                                                self.fp32_dest_acc_en, not self._written[d]))  # fmt: skip
 
     def transpose_wh_tile(self, icb: int, itile: int, idst: int) -> None:
         """DST[idst] = the tile transposed."""
@@ -407,7 +352,12 @@ class ComputeAPI(KernelAPI):
                 raise self._error("pack_tile outside tile_regs_wait() / tile_regs_release(): the packer may only "
                                   "read DST after the math side commits it")  # fmt: skip
             d = self._dst_index(idst, "pack_tile")
-            self._pack(self._dst[d], ocb, output_tile_index, "pack_tile")
+            values = self._dst[d]
+            if self._reduce_mask:  # 0.81.1's reduce.h: the packer writes zeros outside the reduction's result
+                region = {"row": (slice(None), 0), "col": (0, slice(None)), "scalar": (0, 0)}[self._reduce[1]]
+                values = np.zeros_like(values)
+                values[region] = self._dst[d][region]
+            self._pack(values, ocb, output_tile_index, "pack_tile")
 
     # --------------------------------------------------------------------------------------- tilize/untilize
     def _block(self, c: _CB, block: int, start: int, op: str) -> None:
@@ -473,17 +423,16 @@ class ComputeAPI(KernelAPI):
                 raise self._error(f"{name}_tile needs {call} first (the SFPU is set up for "
                                   f"{self._sfpu or 'nothing'})")  # fmt: skip
             d = self._dst_index(dst, f"{name}_tile")
-            with np.errstate(all="ignore"):
-                self._store(d, fn(self._dst[d].astype(np.float64)))
+            self._store(d, fn(self._dst[d]))
 
-    def _unary(self, name: str, dst: int) -> None:
+    def _unary(self, name: str, dst: int, approx: bool | None = None) -> None:
         f = SFPU_FUNCTIONS[name]
-        self._sfpu_op(name, dst, lambda x: f(x, self.math_approx_mode), name)
+        mode = self.math_approx_mode if approx is None else approx
+        self._sfpu_op(name, dst, lambda x: f(x, mode), name)
 
     def _scalar(self, name: str, dst: int, bits: int) -> None:
         s = float(np.uint32(bits & 0xFFFFFFFF).view(np.float32))
-        f = _SCALAR_OPS[name]
-        self._sfpu_op(f"{name}_unary", dst, lambda x: f(x, s), "binop_scalar")
+        self._sfpu_op(f"{name}_unary", dst, lambda x: cardcore.sfpu(name, x, param=s), "binop_scalar")
 
     def exp_tile_init(self) -> None:
         self._sfpu_init("exp")
@@ -524,9 +473,22 @@ class ComputeAPI(KernelAPI):
     def gelu_tile_init(self) -> None:
         self._sfpu_init("gelu")
 
-    def gelu_tile(self, idst: int) -> None:
-        """GELU: the tanh form in approximate mode, the erf form otherwise."""
-        self._unary("gelu", idst)
+    def gelu_tile(self, idst: int, approx: bool | None = None) -> None:
+        """GELU: the erf form; in approximate mode (``approx``, default the kernel's) the card's LUT."""
+        self._unary("gelu", idst, approx)
+
+    def gelu_tanh_tile_init(self) -> None:
+        self._sfpu_init("gelu_tanh")
+
+    def gelu_tanh_tile(self, idst: int, approx: bool | None = None) -> None:
+        """GELU, tanh form (exact; the LUT in approximate mode)."""
+        self._unary("gelu_tanh", idst, approx)
+
+    def silu_tile_init(self) -> None:
+        self._sfpu_init("silu")
+
+    def silu_tile(self, idst: int) -> None:
+        self._unary("silu", idst)
 
     def sigmoid_tile_init(self) -> None:
         self._sfpu_init("sigmoid")

@@ -9,6 +9,7 @@ collectives, compute kernel configs), is listed in :data:`TTNN_NAMES`; the keywo
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import os
 import sys
@@ -21,6 +22,7 @@ import numpy as np
 
 from kohakutt.errors import BackendUnavailable, BufferUseError, DeviceError, FormatError
 from kohakutt.hal.backends.base import Backend
+from kohakutt.hal.card import P150A, CardSpec
 from kohakutt.hal.layout import TILE, Format, Layout, MemoryKind
 from kohakutt.hal.layout import nbytes as layout_nbytes
 
@@ -41,6 +43,7 @@ NUM_COMMAND_QUEUES = 2
 TTNN_NAMES: tuple[str, ...] = (
     # devices
     "open_device", "close_device", "synchronize_device", "GetNumAvailableDevices", "get_arch_name", "Arch.BLACKHOLE",
+    "SetDefaultDevice", "GetDefaultDevice",
     "MeshDevice", "MeshDevice.arch", "MeshDevice.compute_with_storage_grid_size", "MeshDevice.dram_grid_size",
     "MeshDevice.get_device_ids", "MeshCoordinate", "device.DEFAULT_L1_SMALL_SIZE", "device.DEFAULT_TRACE_REGION_SIZE",
     # tensors and their memory
@@ -54,8 +57,9 @@ TTNN_NAMES: tuple[str, ...] = (
     "typecast", "to_layout", "to_memory_config",
     # programs
     "generic_op", "ProgramDescriptor", "KernelDescriptor", "KernelDescriptor.SourceType.SOURCE_CODE",
-    "CBDescriptor", "CBFormatDescriptor", "SemaphoreDescriptor", "ReaderConfigDescriptor", "WriterConfigDescriptor",
-    "ComputeConfigDescriptor", "DataMovementConfigDescriptor", "TensorAccessorArgs",
+    "KernelDescriptor.SourceType.FILE_PATH", "CBDescriptor", "CBFormatDescriptor", "SemaphoreDescriptor",
+    "ReaderConfigDescriptor", "WriterConfigDescriptor", "ComputeConfigDescriptor", "DataMovementConfigDescriptor",
+    "TensorAccessorArgs",
     "TensorAccessorArgs.get_compile_time_args", "RuntimeArgs", "CoreCoord", "CoreRange", "CoreRangeSet",
     # numerics
     "MathFidelity.LoFi", "MathFidelity.HiFi2", "MathFidelity.HiFi3", "MathFidelity.HiFi4",
@@ -279,6 +283,12 @@ class TTNNBackend(Backend):
     # ---------------------------------------------------------------------------------------------- lifetime
     def open(self) -> None:
         ttnn, _ = self._probe()
+        from kohakutt.mesh.ttnn_mesh import SUBMESHES
+
+        sub = SUBMESHES.pop(self.chip_id, None)
+        if sub is not None:  # a chip of a mesh: its 1 x 1 submesh (the mesh opened it, fabric first)
+            self.device, self.ttnn = sub, ttnn
+            return
         try:
             self.device = ttnn.open_device(
                 device_id=self.chip_id,
@@ -291,6 +301,18 @@ class TTNNBackend(Backend):
                 f"ttnn {_version(ttnn)} could not open chip {self.chip_id}: {_first_lines(e)}"
             ) from None
         self.ttnn = ttnn
+        if self.chip_id == 0:  # the op library's creation and random ops make their tensors on TT-NN's default device
+            ttnn.SetDefaultDevice(self.device)
+
+    def card(self) -> CardSpec:
+        """The P150A's figures with the compute grid and DRAM banks the device reports (13 x 10 and 8 on a P150 with
+        TT-NN 0.81.1; a harvested chip has fewer columns)."""
+        try:
+            grid = self.device.compute_with_storage_grid_size()
+            banks = int(self.device.dram_grid_size().x)
+            return dataclasses.replace(P150A, grid=(int(grid.x), int(grid.y)), dram_banks=banks)
+        except Exception:
+            return P150A
 
     def close(self) -> None:
         if self.device is not None:

@@ -1,7 +1,8 @@
 """How a HAL :class:`~kohakutt.hal.program.Program` becomes a ``ttnn.ProgramDescriptor`` for ``ttnn.generic_op``.
 
 The program's fields mirror TT-NN's descriptors, so most of this is one to one: a kernel becomes a
-``KernelDescriptor`` with its C++ source inline, a circular buffer a ``CBDescriptor`` with one format, a semaphore a
+``KernelDescriptor`` naming its C++ file (``FILE_PATH``; a kernel given as text goes inline), a circular buffer a
+``CBDescriptor`` with one format, a semaphore a
 ``SemaphoreDescriptor``. What differs is where buffers live: on the card TT-NN placed them, not the HAL's allocator,
 so runtime arguments computed by a function of the buffers see each buffer's card address (see :class:`CardBuffer`).
 """
@@ -65,9 +66,13 @@ def kernel_descriptor(ttnn: Any, program: Program, k: Kernel, args: Mapping[tupl
         config = ttnn.WriterConfigDescriptor()
     else:
         raise ProgramError(f"program {program.name!r}: kernel kind {k.kind!r} has no TT-NN descriptor")
+    if k.path is not None:  # the file itself: TT-Metal's JIT puts its folder on the include path (common.h)
+        source, kind = str(k.path), ttnn.KernelDescriptor.SourceType.FILE_PATH
+    else:
+        source, kind = k.source, ttnn.KernelDescriptor.SourceType.SOURCE_CODE
     return ttnn.KernelDescriptor(
-        kernel_source=k.source,
-        source_type=ttnn.KernelDescriptor.SourceType.SOURCE_CODE,
+        kernel_source=source,
+        source_type=kind,
         core_ranges=core_range_set(ttnn, k.cores),
         compile_time_args=[int(a) for a in k.compile_time_args],
         defines=[(str(n), str(v)) for n, v in dict(k.defines).items()],

@@ -296,6 +296,8 @@ def split_sizes(size: int, split_size: Any, op: str = "split") -> list[int]:
 
 def _split(inputs, attrs):
     x = tensor_arg(inputs, 0, "split")
+    if not x.ndim:
+        raise ShapeError("split: a 0-d tensor has no dim to split")
     d = norm_dim(attrs["dim"], x.ndim, "split")
     return [like(x, (*x.shape[:d], n, *x.shape[d + 1 :])) for n in split_sizes(x.shape[d], attrs["split_size"])]
 

@@ -36,17 +36,28 @@ packer format reconfigurations between CBs of different formats (``reconfig_data
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from kohakutt.hal.card import P150A
 from kohakutt.hal.layout import Format
-from kohakutt.hal.program import CircularBuffer, CoreRange, CoreRangeSet, Kernel, Program, Work, split_work
+from kohakutt.hal.program import (
+    CircularBuffer,
+    CoreRange,
+    CoreRangeSet,
+    Kernel,
+    Program,
+    Work,
+    require_dram,
+    split_work,
+    tensor_accessor_args,
+)
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Fidelity
 from kohakutt.ir.ops import ShapeError
+from kohakutt.kernels.programs import SOURCE_DIR
 
 TILE = 32
 K_CHUNK_TILES = 4  # 128 keys per K chunk
@@ -60,9 +71,12 @@ CB_Q, CB_K, CB_V, CB_MASK, CB_SCALER, CB_ONES_ROW, CB_FLOOR, CB_ZERO = range(8)
 CB_OUT, CB_LSE, CB_LSE_ROW, CB_RCOL, CB_RBCAST = range(16, 21)
 CB_SRAW, CB_S, CB_P, CB_MCOL, CB_M, CB_ALPHA, CB_L, CB_O = range(24, 32)
 
-# Compile-time arguments, shared by the three kernels (the same order in the C++ sources).
-ARG_NAMES = ("hq", "hkv", "sqt", "skvt", "dt", "dvt", "sq", "skv", "causal", "offset", "has_mask", "mask_b_stride",
-             "mask_h_stride", "scale_bits")  # fmt: skip
+# The shape block of runtime arguments, the same words in the three kernels (common.h's Shape, in this order), after
+# each kernel's own: the reader's q, k, v, mask addresses, first unit and units; the compute kernel's first unit and
+# units; the writer's out and lse addresses, first unit and units. causal and has_mask are compile-time args 0-1.
+ARG_NAMES = ("hq", "hkv", "sqt", "skvt", "dt", "dvt", "sq", "skv", "offset", "mask_b_stride", "mask_h_stride",
+             "scale_bits")  # fmt: skip
+SHAPE_AT = {"reader": 6, "compute": 2, "writer": 4}
 
 
 def face_index(r: int, c: int) -> int:
@@ -74,445 +88,13 @@ _TILE_INDEX = np.array([[face_index(r, c) for c in range(TILE)] for r in range(T
 
 
 # --------------------------------------------------------------------------------------------------- the C++
-def _with_common(source: str) -> str:
-    """The kernel source with its ``// @COMMON_CPP`` line replaced by the shared compile-time arguments and helpers."""
-    return source.replace("// @COMMON_CPP\n", COMMON_CPP.lstrip("\n"))
-
-
-COMMON_CPP = r"""
-constexpr uint32_t TILE = 32;
-constexpr uint32_t K_CHUNK_TILES = 4;
-constexpr uint32_t hq = get_compile_time_arg_val(0);
-constexpr uint32_t hkv = get_compile_time_arg_val(1);
-constexpr uint32_t sqt = get_compile_time_arg_val(2);
-constexpr uint32_t skvt = get_compile_time_arg_val(3);
-constexpr uint32_t dt = get_compile_time_arg_val(4);
-constexpr uint32_t dvt = get_compile_time_arg_val(5);
-constexpr int32_t sq = get_compile_time_arg_val(6);
-constexpr int32_t skv = get_compile_time_arg_val(7);
-constexpr bool causal = get_compile_time_arg_val(8) == 1;
-constexpr int32_t offset = static_cast<int32_t>(get_compile_time_arg_val(9));
-constexpr bool has_mask = get_compile_time_arg_val(10) == 1;
-constexpr uint32_t mask_b_stride = get_compile_time_arg_val(11);
-constexpr uint32_t mask_h_stride = get_compile_time_arg_val(12);
-constexpr uint32_t scale_bits = get_compile_time_arg_val(13);
-
-// K tiles Q tile qt reads: all, or under the causal mask those up to the last key its last real row sees.
-inline uint32_t key_tiles(uint32_t qt) {
-    if (!causal) return skvt;
-    const int32_t last_row = (int32_t(qt * TILE + TILE - 1) < sq - 1) ? int32_t(qt * TILE + TILE - 1) : sq - 1;
-    const int32_t last_key = last_row + offset;
-    if (last_key < 0) return 0;
-    const uint32_t n = uint32_t(last_key) / TILE + 1;
-    return n < skvt ? n : skvt;
-}
-
-// Whether the (qt, kt) score tile gets a mask tile: the user's mask, padded keys, or keys past the causal diagonal.
-inline bool needs_mask(uint32_t qt, uint32_t kt) {
-    return has_mask || (kt == skvt - 1 && (skv % TILE) != 0) ||
-           (causal && int32_t(kt * TILE + TILE - 1) > int32_t(qt * TILE) + offset);
-}
-"""
-
-READER_CPP = _with_common(r"""
-#include <cstdint>
-#include "dataflow_api.h"
-// @COMMON_CPP
-inline uint32_t face_index(uint32_t r, uint32_t c) {
-    return ((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15);
-}
-
-template <typename T>
-inline void fill(uint32_t l1, uint32_t n, T value) {
-    volatile tt_l1_ptr T* p = reinterpret_cast<volatile tt_l1_ptr T*>(l1);
-    for (uint32_t i = 0; i < n; ++i) p[i] = value;
-}
-
-// Streams Q, then per K chunk the K tiles, the mask tiles and the V tiles of units [start, start + count).
-void kernel_main() {
-    const uint32_t q_addr = get_arg_val<uint32_t>(0);
-    const uint32_t k_addr = get_arg_val<uint32_t>(1);
-    const uint32_t v_addr = get_arg_val<uint32_t>(2);
-    const uint32_t mask_addr = get_arg_val<uint32_t>(3);
-    const uint32_t start = get_arg_val<uint32_t>(4);
-    const uint32_t count = get_arg_val<uint32_t>(5);
-    constexpr uint32_t cb_q = tt::CBIndex::c_0, cb_k = tt::CBIndex::c_1, cb_v = tt::CBIndex::c_2;
-    constexpr uint32_t cb_mask = tt::CBIndex::c_3, cb_scaler = tt::CBIndex::c_4, cb_ones_row = tt::CBIndex::c_5;
-    constexpr uint32_t cb_floor = tt::CBIndex::c_6, cb_zero = tt::CBIndex::c_7;
-
-    const InterleavedAddrGenFast<true> q = {
-        .bank_base_address = q_addr, .page_size = get_tile_size(cb_q), .data_format = get_dataformat(cb_q)};
-    const InterleavedAddrGenFast<true> k = {
-        .bank_base_address = k_addr, .page_size = get_tile_size(cb_k), .data_format = get_dataformat(cb_k)};
-    const InterleavedAddrGenFast<true> v = {
-        .bank_base_address = v_addr, .page_size = get_tile_size(cb_v), .data_format = get_dataformat(cb_v)};
-    const InterleavedAddrGenFast<true> mask = {
-        .bank_base_address = mask_addr, .page_size = get_tile_size(cb_mask), .data_format = get_dataformat(cb_mask)};
-
-    // Constant tiles, pushed once: the reduce scaler (1.0), a ones row (the column broadcast), -FLT_MAX and zeros.
-    cb_reserve_back(cb_scaler, 1);
-    fill<uint16_t>(get_write_ptr(cb_scaler), TILE * TILE, 0x3F80);
-    cb_push_back(cb_scaler, 1);
-    cb_reserve_back(cb_ones_row, 1);
-    fill<uint16_t>(get_write_ptr(cb_ones_row), TILE * TILE, 0);
-    {
-        volatile tt_l1_ptr uint16_t* row = reinterpret_cast<volatile tt_l1_ptr uint16_t*>(get_write_ptr(cb_ones_row));
-        for (uint32_t c = 0; c < TILE; ++c) row[face_index(0, c)] = 0x3F80;
-    }
-    cb_push_back(cb_ones_row, 1);
-    cb_reserve_back(cb_floor, 1);
-    fill<uint32_t>(get_write_ptr(cb_floor), TILE * TILE, 0xFF7FFFFF);
-    cb_push_back(cb_floor, 1);
-    cb_reserve_back(cb_zero, 1);
-    fill<uint32_t>(get_write_ptr(cb_zero), TILE * TILE, 0);
-    cb_push_back(cb_zero, 1);
-
-    for (uint32_t u = start; u < start + count; ++u) {
-        const uint32_t bh = u / sqt, qt = u % sqt;
-        const uint32_t b = bh / hq, h = bh % hq;
-        const uint32_t kv = b * hkv + h / (hq / hkv);
-        cb_reserve_back(cb_q, dt);
-        for (uint32_t d = 0; d < dt; ++d) {
-            noc_async_read_tile((bh * sqt + qt) * dt + d, q, get_write_ptr(cb_q) + d * get_tile_size(cb_q));
-        }
-        noc_async_read_barrier();
-        cb_push_back(cb_q, dt);
-
-        const uint32_t kend = key_tiles(qt);
-        for (uint32_t kt0 = 0; kt0 < kend; kt0 += K_CHUNK_TILES) {
-            const uint32_t nk = (kend - kt0 < K_CHUNK_TILES) ? kend - kt0 : K_CHUNK_TILES;
-            cb_reserve_back(cb_k, K_CHUNK_TILES * dt);  // whole chunks, so the ring never wraps inside one
-            for (uint32_t j = 0; j < nk; ++j) {
-                for (uint32_t d = 0; d < dt; ++d) {
-                    noc_async_read_tile((kv * skvt + kt0 + j) * dt + d, k,
-                                        get_write_ptr(cb_k) + (j * dt + d) * get_tile_size(cb_k));
-                }
-            }
-            noc_async_read_barrier();
-            cb_push_back(cb_k, K_CHUNK_TILES * dt);
-
-            for (uint32_t j = 0; j < nk; ++j) {
-                const uint32_t kt = kt0 + j;
-                if (!needs_mask(qt, kt)) continue;
-                cb_reserve_back(cb_mask, 1);
-                const uint32_t l1 = get_write_ptr(cb_mask);
-                if (has_mask) {
-                    const uint32_t plane = b * mask_b_stride + h * mask_h_stride;
-                    noc_async_read_tile((plane * sqt + qt) * skvt + kt, mask, l1);
-                    noc_async_read_barrier();
-                } else {
-                    fill<uint32_t>(l1, TILE * TILE, 0);
-                }
-                volatile tt_l1_ptr uint32_t* m = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(l1);
-                for (uint32_t r = 0; r < TILE; ++r) {
-                    for (uint32_t c = 0; c < TILE; ++c) {
-                        const int32_t key = kt * TILE + c, row = qt * TILE + r;
-                        if (key >= skv || (causal && key > row + offset)) m[face_index(r, c)] = 0xFF800000;
-                    }
-                }
-                cb_push_back(cb_mask, 1);
-            }
-
-            cb_reserve_back(cb_v, K_CHUNK_TILES * dvt);
-            for (uint32_t j = 0; j < nk; ++j) {
-                for (uint32_t d = 0; d < dvt; ++d) {
-                    noc_async_read_tile((kv * skvt + kt0 + j) * dvt + d, v,
-                                        get_write_ptr(cb_v) + (j * dvt + d) * get_tile_size(cb_v));
-                }
-            }
-            noc_async_read_barrier();
-            cb_push_back(cb_v, K_CHUNK_TILES * dvt);
-        }
-    }
-}
-""")
-
-COMPUTE_CPP = _with_common(r"""
-#include <cstdint>
-#include "compute_kernel_api/matmul.h"
-#include "compute_kernel_api/eltwise_binary.h"
-#include "compute_kernel_api/reduce.h"
-#include "compute_kernel_api/tile_move_copy.h"
-#include "compute_kernel_api/eltwise_unary/eltwise_unary.h"
-#include "compute_kernel_api/eltwise_unary/exp.h"
-#include "compute_kernel_api/eltwise_unary/recip.h"
-#include "compute_kernel_api/eltwise_unary/log.h"
-#include "compute_kernel_api/eltwise_unary/binop_with_scalar.h"
-
-namespace NAMESPACE {
-// @COMMON_CPP
-constexpr uint32_t cb_q = tt::CBIndex::c_0, cb_k = tt::CBIndex::c_1, cb_v = tt::CBIndex::c_2;
-constexpr uint32_t cb_mask = tt::CBIndex::c_3, cb_scaler = tt::CBIndex::c_4, cb_ones_row = tt::CBIndex::c_5;
-constexpr uint32_t cb_floor = tt::CBIndex::c_6, cb_zero = tt::CBIndex::c_7;
-constexpr uint32_t cb_out = tt::CBIndex::c_16, cb_lse = tt::CBIndex::c_17;
-constexpr uint32_t cb_rcol = tt::CBIndex::c_19, cb_rbcast = tt::CBIndex::c_20;
-constexpr uint32_t cb_sraw = tt::CBIndex::c_24, cb_s = tt::CBIndex::c_25, cb_p = tt::CBIndex::c_26;
-constexpr uint32_t cb_mcol = tt::CBIndex::c_27, cb_m = tt::CBIndex::c_28, cb_alpha = tt::CBIndex::c_29;
-constexpr uint32_t cb_l = tt::CBIndex::c_30, cb_o = tt::CBIndex::c_31;
-constexpr uint32_t TINY_BITS = 0x0D800000;  // 2^-100
-
-// Pack DST tile 0 into page `index` of the pages reserved in cb (the caller reserves and pushes).
-inline void pack_dst0(uint32_t cb, uint32_t index) {
-    tile_regs_commit();
-    tile_regs_wait();
-    pack_reconfig_data_format(cb);
-    pack_tile<true>(0, cb, index);
-    tile_regs_release();
-}
-
-// DST tile 0 = the column-0 tile at the front of cb_col broadcast along each row (times a ones-row tile).
-inline void broadcast_column(uint32_t cb_col, uint32_t cb_dst) {
-    cb_wait_front(cb_col, 1);
-    tile_regs_acquire();
-    reconfig_data_format(cb_col, cb_ones_row);
-    mm_init_short(cb_col, cb_ones_row);
-    matmul_tiles(cb_col, cb_ones_row, 0, 0, 0, false);
-    cb_reserve_back(cb_dst, 1);
-    pack_dst0(cb_dst, 0);
-    cb_push_back(cb_dst, 1);
-    cb_pop_front(cb_col, 1);
-}
-
-void MAIN {
-    const uint32_t start = get_arg_val<uint32_t>(0);
-    const uint32_t count = get_arg_val<uint32_t>(1);
-    compute_kernel_hw_startup(cb_q, cb_k, cb_s);
-    mm_init(cb_q, cb_k, cb_s);
-    cb_wait_front(cb_scaler, 1);
-    cb_wait_front(cb_ones_row, 1);
-    cb_wait_front(cb_floor, 1);
-    cb_wait_front(cb_zero, 1);
-
-    for (uint32_t u = start; u < start + count; ++u) {
-        const uint32_t qt = u % sqt;
-        const uint32_t kend = key_tiles(qt);
-        cb_wait_front(cb_q, dt);
-        for (uint32_t kt0 = 0; kt0 < kend; kt0 += K_CHUNK_TILES) {
-            const uint32_t nk = (kend - kt0 < K_CHUNK_TILES) ? kend - kt0 : K_CHUNK_TILES;
-            const bool first = kt0 == 0;
-            // S_j = Q K_j^T * scale (+ mask_j), fp32
-            cb_wait_front(cb_k, K_CHUNK_TILES * dt);
-            cb_reserve_back(cb_s, K_CHUNK_TILES);
-            for (uint32_t j = 0; j < nk; ++j) {
-                const bool masked = needs_mask(qt, kt0 + j);
-                tile_regs_acquire();
-                reconfig_data_format(cb_k, cb_q);
-                mm_init_short(cb_q, cb_k, true);
-                for (uint32_t d = 0; d < dt; ++d) matmul_tiles(cb_q, cb_k, d, j * dt + d, 0, true);
-                binop_with_scalar_tile_init();
-                mul_unary_tile(0, scale_bits);
-                if (!masked) {
-                    pack_dst0(cb_s, j);
-                } else {
-                    cb_reserve_back(cb_sraw, 1);
-                    pack_dst0(cb_sraw, 0);
-                    cb_push_back(cb_sraw, 1);
-                    cb_wait_front(cb_sraw, 1);
-                    cb_wait_front(cb_mask, 1);
-                    tile_regs_acquire();
-                    reconfig_data_format(cb_sraw, cb_mask);
-                    add_tiles_init(cb_sraw, cb_mask);
-                    add_tiles(cb_sraw, cb_mask, 0, 0, 0);
-                    pack_dst0(cb_s, j);
-                    cb_pop_front(cb_sraw, 1);
-                    cb_pop_front(cb_mask, 1);
-                }
-            }
-            cb_push_back(cb_s, K_CHUNK_TILES);
-            cb_pop_front(cb_k, K_CHUNK_TILES * dt);
-
-            // m = max(rowmax S, M_old) in column 0, then M = m broadcast along rows
-            cb_wait_front(cb_s, K_CHUNK_TILES);
-            const uint32_t cb_mold = first ? cb_floor : cb_m;
-            if (!first) cb_wait_front(cb_m, 1);
-            tile_regs_acquire();
-            reconfig_data_format(cb_s, cb_scaler);
-            reduce_init<PoolType::MAX, ReduceDim::REDUCE_ROW>(cb_s, cb_scaler, cb_mcol);
-            reduce_tile<PoolType::MAX, ReduceDim::REDUCE_ROW>(cb_mold, cb_scaler, 0, 0, 0);
-            for (uint32_t j = 0; j < nk; ++j) {
-                reduce_tile<PoolType::MAX, ReduceDim::REDUCE_ROW>(cb_s, cb_scaler, j, 0, 0);
-            }
-            reduce_uninit();
-            cb_reserve_back(cb_mcol, 1);
-            pack_dst0(cb_mcol, 0);
-            cb_push_back(cb_mcol, 1);
-            broadcast_column(cb_mcol, cb_m);
-            const uint32_t m_new = first ? 0 : 1;
-            cb_wait_front(cb_m, m_new + 1);
-
-            // P_j = exp(S_j - M), bf16
-            cb_reserve_back(cb_p, K_CHUNK_TILES);
-            for (uint32_t j = 0; j < nk; ++j) {
-                tile_regs_acquire();
-                reconfig_data_format(cb_s, cb_m);
-                sub_tiles_init(cb_s, cb_m);
-                sub_tiles(cb_s, cb_m, j, m_new, 0);
-                exp_tile_init<false>();
-                exp_tile<false>(0);
-                pack_dst0(cb_p, j);
-            }
-            cb_push_back(cb_p, K_CHUNK_TILES);
-            cb_pop_front(cb_s, K_CHUNK_TILES);
-
-            // alpha = exp(M_old - M); the old M leaves
-            if (!first) {
-                tile_regs_acquire();
-                reconfig_data_format(cb_m, cb_m);
-                sub_tiles_init(cb_m, cb_m);
-                sub_tiles(cb_m, cb_m, 0, 1, 0);
-                exp_tile_init<false>();
-                exp_tile<false>(0);
-                cb_reserve_back(cb_alpha, 1);
-                pack_dst0(cb_alpha, 0);
-                cb_push_back(cb_alpha, 1);
-                cb_pop_front(cb_m, 1);
-                cb_wait_front(cb_alpha, 1);
-                cb_wait_front(cb_l, 1);
-            }
-
-            // l = alpha * l + rowsum P
-            cb_wait_front(cb_p, K_CHUNK_TILES);
-            tile_regs_acquire();
-            if (!first) {
-                reconfig_data_format(cb_alpha, cb_l);
-                mul_tiles_init(cb_alpha, cb_l);
-                mul_tiles(cb_alpha, cb_l, 0, 0, 0);
-            }
-            reconfig_data_format(cb_p, cb_scaler);
-            reduce_init<PoolType::SUM, ReduceDim::REDUCE_ROW>(cb_p, cb_scaler, cb_l);
-            for (uint32_t j = 0; j < nk; ++j) {
-                reduce_tile<PoolType::SUM, ReduceDim::REDUCE_ROW>(cb_p, cb_scaler, j, 0, 0);
-            }
-            reduce_uninit();
-            cb_reserve_back(cb_l, 1);
-            pack_dst0(cb_l, 0);
-            cb_push_back(cb_l, 1);
-            if (!first) cb_pop_front(cb_l, 1);
-
-            // O_t = alpha * O_t + sum_j P_j V_jt
-            cb_wait_front(cb_v, K_CHUNK_TILES * dvt);
-            if (!first) cb_wait_front(cb_o, dvt);
-            cb_reserve_back(cb_o, dvt);
-            for (uint32_t t = 0; t < dvt; ++t) {
-                tile_regs_acquire();
-                if (!first) {
-                    reconfig_data_format(cb_alpha, cb_o);
-                    mul_tiles_init(cb_alpha, cb_o);
-                    mul_tiles(cb_alpha, cb_o, 0, t, 0);
-                }
-                reconfig_data_format(cb_v, cb_p);
-                mm_init_short(cb_p, cb_v);
-                for (uint32_t j = 0; j < nk; ++j) matmul_tiles(cb_p, cb_v, j, j * dvt + t, 0, false);
-                pack_dst0(cb_o, t);
-            }
-            cb_push_back(cb_o, dvt);
-            if (!first) {
-                cb_pop_front(cb_o, dvt);
-                cb_pop_front(cb_alpha, 1);
-            }
-            cb_pop_front(cb_p, K_CHUNK_TILES);
-            cb_pop_front(cb_v, K_CHUNK_TILES * dvt);
-        }
-
-        // out = O * (1 / (l + 2^-100)), lse = M + log(l); a unit without keys uses l = 0, M = -FLT_MAX, O = 0
-        const bool any = kend > 0;
-        const uint32_t cb_lf = any ? cb_l : cb_zero, cb_mf = any ? cb_m : cb_floor, cb_of = any ? cb_o : cb_zero;
-        if (any) {
-            cb_wait_front(cb_l, 1);
-            cb_wait_front(cb_m, 1);
-            cb_wait_front(cb_o, dvt);
-        }
-        tile_regs_acquire();
-        reconfig_data_format(cb_lf, cb_lf);
-        copy_tile_to_dst_init_short(cb_lf);
-        copy_tile(cb_lf, 0, 0);
-        binop_with_scalar_tile_init();
-        add_unary_tile(0, TINY_BITS);
-        recip_tile_init();
-        recip_tile(0);
-        cb_reserve_back(cb_rcol, 1);
-        pack_dst0(cb_rcol, 0);
-        cb_push_back(cb_rcol, 1);
-        broadcast_column(cb_rcol, cb_rbcast);
-        cb_wait_front(cb_rbcast, 1);
-        for (uint32_t t = 0; t < dvt; ++t) {
-            tile_regs_acquire();
-            reconfig_data_format(cb_rbcast, cb_of);
-            mul_tiles_init(cb_rbcast, cb_of);
-            mul_tiles(cb_rbcast, cb_of, 0, any ? t : 0, 0);
-            cb_reserve_back(cb_out, 1);
-            pack_dst0(cb_out, 0);
-            cb_push_back(cb_out, 1);
-        }
-        tile_regs_acquire();
-        reconfig_data_format(cb_lf, cb_lf);
-        copy_tile_to_dst_init_short(cb_lf);
-        copy_tile(cb_lf, 0, 0);
-        log_tile_init();
-        log_tile(0);
-        reconfig_data_format(cb_mf, cb_zero);
-        add_tiles_init(cb_mf, cb_zero, true);
-        add_tiles(cb_mf, cb_zero, 0, 0, 0);
-        cb_reserve_back(cb_lse, 1);
-        pack_dst0(cb_lse, 0);
-        cb_push_back(cb_lse, 1);
-        cb_pop_front(cb_rbcast, 1);
-        if (any) {
-            cb_pop_front(cb_l, 1);
-            cb_pop_front(cb_m, 1);
-            cb_pop_front(cb_o, dvt);
-        }
-        cb_pop_front(cb_q, dt);
-    }
-}
-}  // namespace NAMESPACE
-""")
-
-WRITER_CPP = _with_common(r"""
-#include <cstdint>
-#include "dataflow_api.h"
-// @COMMON_CPP
-inline uint32_t face_index(uint32_t r, uint32_t c) {
-    return ((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15);
-}
-
-// Drains the out tiles of units [start, start + count) and column 0 of each lse tile (one 32-float page per unit).
-void kernel_main() {
-    const uint32_t out_addr = get_arg_val<uint32_t>(0);
-    const uint32_t lse_addr = get_arg_val<uint32_t>(1);
-    const uint32_t start = get_arg_val<uint32_t>(2);
-    const uint32_t count = get_arg_val<uint32_t>(3);
-    constexpr uint32_t cb_out = tt::CBIndex::c_16, cb_lse = tt::CBIndex::c_17, cb_lse_row = tt::CBIndex::c_18;
-
-    const InterleavedAddrGenFast<true> out = {
-        .bank_base_address = out_addr, .page_size = get_tile_size(cb_out), .data_format = get_dataformat(cb_out)};
-    const InterleavedAddrGen<true> lse = {.bank_base_address = lse_addr, .page_size = TILE * sizeof(float)};
-    cb_reserve_back(cb_lse_row, 1);  // a scratch page for the gathered column, kept for the whole run
-    volatile tt_l1_ptr uint32_t* row = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_lse_row));
-
-    for (uint32_t u = start; u < start + count; ++u) {
-        for (uint32_t t = 0; t < dvt; ++t) {
-            cb_wait_front(cb_out, 1);
-            noc_async_write_tile(u * dvt + t, out, get_read_ptr(cb_out));
-            noc_async_writes_flushed();
-            cb_pop_front(cb_out, 1);
-        }
-        cb_wait_front(cb_lse, 1);
-        volatile tt_l1_ptr uint32_t* tile = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_read_ptr(cb_lse));
-        for (uint32_t r = 0; r < TILE; ++r) row[r] = tile[face_index(r, 0)];
-        noc_async_write(get_write_ptr(cb_lse_row), get_noc_addr(u, lse), TILE * sizeof(float));
-        noc_async_write_barrier();
-        cb_pop_front(cb_lse, 1);
-    }
-    noc_async_write_barrier();
-}
-""")
+SOURCES = SOURCE_DIR / "flash_attention"  # reader.cpp, compute.cpp, writer.cpp (+ common.h)
 
 
 # ---------------------------------------------------------------------------------------------- shape helpers
 @dataclass(frozen=True)
 class FlashShape:
-    """The compile-time shape of a flash attention program (the C++ ``constexpr`` values)."""
+    """The shape of a flash attention program: the flags (compile-time args) and the shape block (runtime args)."""
 
     hq: int
     hkv: int
@@ -530,14 +112,22 @@ class FlashShape:
     scale_bits: int
 
     def compile_time_args(self) -> list[int]:
+        """The flags every kernel's compile-time arguments start with: causal, has_mask."""
+        return [int(self.causal), int(self.has_mask)]
+
+    def shape_args(self) -> list[int]:
+        """The shape block of the runtime arguments (``ARG_NAMES``; signed values as their uint32 bits)."""
         return [int(getattr(self, n)) & 0xFFFFFFFF for n in ARG_NAMES]
 
     @classmethod
     def of_kernel(cls, k: Any) -> FlashShape:
-        vals = [k.get_compile_time_arg_val(i) for i in range(len(ARG_NAMES))]
-        at = ARG_NAMES.index("offset")
-        vals[at] = int(np.uint32(vals[at]).view(np.int32))
-        return cls(*(bool(v) if n in ("causal", "has_mask") else int(v) for n, v in zip(ARG_NAMES, vals)))
+        """The shape as kernel ``k`` reads it: the flags from its compile-time args, the rest from its runtime args."""
+        first = SHAPE_AT[k.kernel.kind]
+        vals = {n: int(k.get_arg_val(first + i)) for i, n in enumerate(ARG_NAMES)}
+        for n in ("sq", "skv", "offset"):
+            vals[n] = int(np.uint32(vals[n]).view(np.int32))
+        flags = {"causal": bool(k.get_compile_time_arg_val(0)), "has_mask": bool(k.get_compile_time_arg_val(1))}
+        return cls(**{f.name: (flags | vals)[f.name] for f in fields(cls)})
 
     def key_tiles(self, qt: int) -> int:
         """K tiles Q tile ``qt`` reads: all, or under the causal mask those up to its last real row's last key."""
@@ -565,7 +155,7 @@ class FlashShape:
 
 # ----------------------------------------------------------------------------------------- the Python twins
 def reader(k: Any) -> None:
-    """Twin of READER_CPP."""
+    """Twin of reader.cpp."""
     s = FlashShape.of_kernel(k)
     start, count = k.get_arg_val(4), k.get_arg_val(5)
     q, kk, v = k.tensor_accessor("q"), k.tensor_accessor("k"), k.tensor_accessor("v")
@@ -640,7 +230,7 @@ def _broadcast_column(c: Any, cb_col: int, cb_dst: int) -> None:
 
 
 def compute(c: Any) -> None:
-    """Twin of COMPUTE_CPP."""
+    """Twin of compute.cpp."""
     s = FlashShape.of_kernel(c)
     start, count = c.get_arg_val(0), c.get_arg_val(1)
     c.compute_kernel_hw_startup(CB_Q, CB_K, CB_S)
@@ -794,13 +384,15 @@ def compute(c: Any) -> None:
             c.cb_pop_front(CB_M, 1)
             c.cb_pop_front(CB_O, s.dvt)
         c.cb_pop_front(CB_Q, s.dt)
+    for cb in (CB_SCALER, CB_ONES_ROW, CB_FLOOR, CB_ZERO):
+        c.cb_pop_front(cb, 1)
 
 
 _COL0 = _TILE_INDEX[:, 0]
 
 
 def writer(k: Any) -> None:
-    """Twin of WRITER_CPP."""
+    """Twin of writer.cpp."""
     s = FlashShape.of_kernel(k)
     start, count = k.get_arg_val(2), k.get_arg_val(3)
     out, lse = k.tensor_accessor("out"), k.tensor_accessor("lse")
@@ -819,6 +411,9 @@ def writer(k: Any) -> None:
         k.noc_async_write_barrier()
         k.cb_pop_front(CB_LSE, 1)
     k.noc_async_write_barrier()
+    k.cb_push_back(CB_LSE_ROW, 1)  # the scratch page goes back: every CB ends the program balanced
+    k.cb_wait_front(CB_LSE_ROW, 1)
+    k.cb_pop_front(CB_LSE_ROW, 1)
 
 
 # ------------------------------------------------------------------------------------------------ the program
@@ -844,7 +439,7 @@ def flash_attention_program(q_shape: Sequence[int], k_shape: Sequence[int], v_sh
                             scale: float, causal: bool = False, offset: int = 0,
                             mask_shape: Sequence[int] | None = None, fidelity: Fidelity | str = Fidelity.HiFi4,
                             dtypes: Sequence[DType | str] = ("bfloat16",) * 3, out_dtype: DType | str | None = None,
-                            max_cores: int = 110) -> Program:  # fmt: skip
+                            max_cores: int = P150A.cores) -> Program:  # fmt: skip
     """The flash attention forward program for q (B, Hq, Sq, D), k (B, Hkv, Skv, D), v (B, Hkv, Skv, Dv).
 
     It runs over tile-layout buffers ``q, k, v[, mask], out, lse``: q / k / v in ``dtypes``; the mask (when
@@ -886,16 +481,22 @@ def flash_attention_program(q_shape: Sequence[int], k_shape: Sequence[int], v_sh
     cbs = [CircularBuffer(i, fmt, fmt.tile_bytes, n, cores) for i, fmt, n in cb_spec]
     cbs.append(CircularBuffer(CB_LSE_ROW, f32, TILE * 4, 1, cores))
     ct = shape.compile_time_args()
+    # interleaved DRAM tensors: q, k, v and the mask (a float32 one's accessor also when there is none), out and lse
+    reader_ct = ct + [a for f in (q_fmt, k_fmt, v_fmt, f32) for a in tensor_accessor_args(f.tile_bytes)]
+    writer_ct = ct + tensor_accessor_args(out_fmt.tile_bytes) + tensor_accessor_args(TILE * 4)
     tensors = ("q", "k", "v", "mask", "out", "lse") if shape.has_mask else ("q", "k", "v", "out", "lse")
+    sa = shape.shape_args()
 
     def runtime_args(bufs: Sequence[Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
         by = dict(zip(tensors, bufs))
+        require_dram("flash_attention", by)
         mask_addr = by["mask"].address if "mask" in by else 0
         split = split_work(units, cores)
+        q, k, v = by["q"].address, by["k"].address, by["v"].address
         return {
-            "reader": {c: [by["q"].address, by["k"].address, by["v"].address, mask_addr, s0, n] for c, s0, n in split},
-            "compute": {c: [s0, n] for c, s0, n in split},
-            "writer": {c: [by["out"].address, by["lse"].address, s0, n] for c, s0, n in split},
+            "reader": {c: [q, k, v, mask_addr, s0, n, *sa] for c, s0, n in split},
+            "compute": {c: [s0, n, *sa] for c, s0, n in split},
+            "writer": {c: [by["out"].address, by["lse"].address, s0, n, *sa] for c, s0, n in split},
         }
 
     pairs = sum(shape.key_tiles(qt) for qt in range(shape.sqt)) * b * hq
@@ -913,10 +514,10 @@ def flash_attention_program(q_shape: Sequence[int], k_shape: Sequence[int], v_sh
     return Program(
         "flash_attention",
         [
-            Kernel("reader", READER_CPP, cores, reader, compile_time_args=ct),
+            Kernel("reader", SOURCES / "reader.cpp", cores, reader, compile_time_args=reader_ct),
             Kernel(
                 "compute",
-                COMPUTE_CPP,
+                SOURCES / "compute.cpp",
                 cores,
                 compute,
                 compile_time_args=ct,
@@ -924,7 +525,7 @@ def flash_attention_program(q_shape: Sequence[int], k_shape: Sequence[int], v_sh
                 fp32_dest_acc_en=True,
                 math_approx_mode=False,
             ),
-            Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=ct),
+            Kernel("writer", SOURCES / "writer.cpp", cores, writer, compile_time_args=writer_ct),
         ],
         cbs,
         runtime_args=runtime_args,
@@ -937,7 +538,7 @@ def flash_attention_program(q_shape: Sequence[int], k_shape: Sequence[int], v_sh
 def run_flash_program(device: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, *,
                       scale: float, causal: bool = False, offset: int = 0, fidelity: Fidelity | str = Fidelity.HiFi4,
                       dtypes: Sequence[DType | str] = ("bfloat16",) * 3, out_dtype: DType | str | None = None,
-                      max_cores: int = 110) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+                      max_cores: int = P150A.cores) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Run the program on ``device`` (through ``device.run_program``) over q / k / v (float arrays, uploaded in
     ``dtypes``) and an optional mask (bool, True = attend, or additive float) broadcastable to (B, Hq, Sq, Skv).
     Returns (out (B, Hq, Sq, Dv) float32 holding the output format's values, logsumexp (B, Hq, Sq) float32)."""
@@ -992,5 +593,5 @@ def run_flash_varlen_program(device: Any, q: np.ndarray, k: np.ndarray, v: np.nd
     return out, lse
 
 
-__all__ = ["COMPUTE_CPP", "READER_CPP", "WRITER_CPP", "FlashShape", "face_index", "flash_attention_program",
+__all__ = ["SOURCES", "FlashShape", "face_index", "flash_attention_program",
            "run_flash_program", "run_flash_varlen_program"]  # fmt: skip

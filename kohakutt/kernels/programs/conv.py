@@ -11,12 +11,14 @@ prepared on the host as TT-NN prepares conv weights (:func:`weight_matrix`).
 Work: one unit per (group, 32-pixel M tile), split evenly over the cores.
 
 - **reader**: per unit and kernel row, zero-fills Krt row-major pages of CB 0 and gathers the im2col block from the
-  row-major input: channels-last (N, H, W, C) sticks give one NoC read of C/groups contiguous values per (pixel, kernel
-  column); channels-first (N, C, H, W) rows give one read per (input channel, run of pixels on one output row) into a
-  scratch page, from which the kernel columns are picked with the stride. Taps in the padding stay 0. Then, per block
-  of up to 4 output tiles, the weight tiles (kernel row, K tile) and the bias tile of each output tile (the group's
-  channels read into row 0, copied down the tile). With a bf16 DST (``fp32_acc`` off) float32 data is truncated to
-  bfloat16 in L1, as the unpacker would for a 16-bit DST.
+  row-major input. Each run of pixels on one output row needs one span of input columns of one input row:
+  channels-first (N, C, H, W), one NoC read of that span per input channel; channels-last (N, H, W, C), one read of
+  the group's C/groups channels per input pixel of the span (up to 32 sticks before a barrier). Every read lands in a
+  scratch page (CB 4) at its NoC address's offset modulo 64 B, as a DRAM read on Blackhole needs, and the kernel
+  columns are picked from there with the stride. Taps in the padding stay 0. Then, per block of up to 4 output tiles,
+  the weight tiles (kernel row, K tile) and the bias tile of each output tile (the group's channels of the bias row,
+  read once per core into CB 5, in every row of the tile). With a bf16 DST (``fp32_acc`` off) float32 data is
+  truncated to bfloat16 in L1, as the unpacker would for a 16-bit DST.
 - **compute** (fp32 DST, the scope's fidelity; the input in SrcB, the weights in SrcA): tilizes the unit's KH
   blocks into CB 1 (resident for the unit), then per block of up to 4 output tiles runs ``matmul_tiles`` over every
   (kernel row, K tile). fp32 accumulation keeps DST across all of them. With ``fp32_acc`` off, each kernel row's
@@ -24,40 +26,56 @@ Work: one unit per (group, 32-pixel M tile), split evenly over the cores.
   nearest even) and copied back for the next row: the bf16 DST rounded once per kernel row that the op's numerics
   contract names. The bias is added after the sum is packed to the intermediate format (fp32 or bfloat16) with one
   FPU ``add_tiles``; the result is packed in the output format.
-- **writer**: turns each output tile (32 pixels x 32 channels, face order) into rows in a staging page and writes
-  them to the row-major output: channels-last, one write per pixel (the tile's valid channels); channels-first, one
-  write per (channel, run of pixels on one output row). Rearranging in the data mover keeps float32 exact.
+- **writer**: writes each output tile (32 pixels x 32 channels, face order) to the row-major output: channels-last,
+  one write per pixel (the tile's valid channels); channels-first, one write per (channel, run of pixels on one output
+  row). Each write's values are first copied to a staging slot (CB 26) at the destination's offset modulo 16 B, as a
+  NoC write on Blackhole needs. Rearranging in the data mover keeps float32 exact.
+
+Sizes are runtime arguments (the shape block, after each kernel's own; the row-major tensors' page sizes too, through
+``TensorAccessor``'s runtime page size), the five flags compile-time ones: a new shape compiles nothing.
 
 :func:`kohakutt.kernels.conv.conv_forward` is the vectorized model of the same arithmetic, the op library's fast path.
 The two agree up to the order of float32 sums inside DST (torch's convolution sums in its own order, the program tile
 by tile); where every float32 sum is exact they agree bit for bit (the tests check both). The C++ sources also carry
-what the simulator does not model (format reconfiguration between CBs, ``tilize_uninit``) and what a card needs that
-the simulator does not check (on a card, a stick read must start 16-byte aligned: C/groups * itemsize a multiple of 16).
+what the Python twins do not model (format reconfiguration between CBs, ``tilize_uninit``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kohakutt.errors import KohakuTTUnsupportedOperator
+from kohakutt.errors import KohakuTTUnsupportedOperator, ProgramError
 from kohakutt.hal.formats import quantize
 from kohakutt.hal.layout import TILE, Format, Layout
-from kohakutt.hal.program import CircularBuffer, Kernel, Program, Work, split_work
+from kohakutt.hal.program import (
+    CircularBuffer,
+    Kernel,
+    Program,
+    Work,
+    aligned_page_size,
+    require_dram,
+    split_work,
+    tensor_accessor_args,
+)
 from kohakutt.ir.defs.conv import CONV_ATTRS, ConvGeometry, conv_geometry
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Fidelity
+from kohakutt.kernels.programs import SOURCE_DIR
 from kohakutt.kernels.programs.fused import worker_cores
 
 DST_TILES = 4  # an fp32 DST in half-sync mode: the output tiles one block accumulates at once
+DRAM_ALIGN, WRITE_ALIGN = 64, 16  # Blackhole NOC: DRAM reads' L1 / NOC addresses agree modulo 64 B, writes' 16 B
+MAX_SLOTS = 32  # channels-last input sticks the reader reads before one barrier (common.h)
+SCRATCH_BYTES = 64 * 1024  # at most this much L1 for those sticks
 RESIDENT_WEIGHT_BYTES = 512 * 1024  # a group's weights up to this size stay in L1 for all of a core's units
 BF16_MASK = 0xFFFF0000  # float32 bits kept by a truncation to bfloat16
 
 # Circular buffers: inputs 0..7, output 16, intermediates 24..
-CB_ACT_RM, CB_ACT, CB_W, CB_BIAS, CB_SPAN = 0, 1, 2, 3, 4
+CB_ACT_RM, CB_ACT, CB_W, CB_BIAS, CB_SPAN, CB_BIAS_ROW = 0, 1, 2, 3, 4, 5
 CB_OUT = 16
 CB_ACC, CB_INTERIM, CB_STAGE = 24, 25, 26
 
@@ -71,10 +89,19 @@ _TILE_INDEX = np.array([[face_index(r, c) for c in range(TILE)] for r in range(T
 
 
 # ------------------------------------------------------------------------------------------------ the geometry
+SIZE_NAMES = ("n", "c", "h", "w", "k", "groups", "kh", "kw", "sh", "sw", "pt", "pl", "dh", "dw", "oh", "ow")
+FLAG_NAMES = ("channels_last", "fp32_acc", "has_bias", "out_bf16", "w_resident")
+# Where the shape block starts in each kernel's runtime arguments, after the kernel's own: the reader's x, weights and
+# bias addresses, first unit, units, x's and the bias's aligned page sizes and its scratch slots; the compute
+# kernel's first unit and units; the writer's output address, first unit, units and the output's aligned page size.
+SHAPE_AT = {"reader": 8, "compute": 2, "writer": 4}
+
+
 @dataclass(frozen=True)
 class ConvShape:
-    """The program's compile-time arguments (the same order in the C++ sources): a 2-d convolution's sizes and
-    flags. A 1-d convolution is one of height 1."""
+    """A 2-d convolution's sizes and flags, as the kernels take them: the sizes n..ow are the shape block of every
+    kernel's runtime arguments (common.h's ``shape_args``, after the kernel's own, at ``SHAPE_AT``), the five flags
+    are the compile-time arguments (they choose code paths). A 1-d convolution is one of height 1."""
 
     n: int
     c: int
@@ -143,12 +170,31 @@ class ConvShape:
         return [(t, min(self.nb, self.nt - t)) for t in range(0, self.nt, self.nb)]
 
     def compile_time_args(self) -> list[int]:
-        return [int(getattr(self, f.name)) for f in fields(self)]
+        """The flags: channels_last, fp32_acc, has_bias, out_bf16, w_resident."""
+        return [int(getattr(self, n)) for n in FLAG_NAMES]
+
+    def shape_args(self) -> list[int]:
+        """The shape block of the runtime arguments: n, c, h, w, k, groups, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow."""
+        return [int(getattr(self, n)) & 0xFFFFFFFF for n in SIZE_NAMES]
 
     @classmethod
     def of_kernel(cls, k: Any) -> ConvShape:
-        """The shape as a kernel reads it from its compile-time arguments."""
-        return cls(*(k.get_compile_time_arg_val(i) for i in range(len(fields(cls)))))
+        """The shape as kernel ``k`` reads it: the sizes from its runtime arguments, the flags from its compile-time
+        ones."""
+        first = SHAPE_AT[k.kernel.kind]
+        vals = {n: int(np.uint32(k.get_arg_val(first + i)).view(np.int32)) for i, n in enumerate(SIZE_NAMES)}
+        vals |= {n: int(k.get_compile_time_arg_val(i)) for i, n in enumerate(FLAG_NAMES)}
+        return cls(**vals)
+
+    def scratch(self, item: int) -> tuple[int, int]:
+        """(slots, bytes) of the reader's scratch page for ``item``-byte input values: channels-first, one input row;
+        channels-last, up to ``MAX_SLOTS`` sticks of the group's channels (fewer when they would pass
+        ``SCRATCH_BYTES``, one at least); room for aligning the page's start to 64 B as well."""
+        if not self.channels_last:
+            return 1, -(-self.w * item // DRAM_ALIGN) * DRAM_ALIGN + 2 * DRAM_ALIGN
+        slot = -(-self.cg * item // DRAM_ALIGN) * DRAM_ALIGN + DRAM_ALIGN
+        slots = max(1, min(MAX_SLOTS, self.w, SCRATCH_BYTES // slot))
+        return slots, slots * slot + DRAM_ALIGN
 
     def runs(self, mt: int) -> list[tuple[int, int, int, int, int]]:
         """The valid pixels of M tile ``mt`` as runs on one output row: (first tile row, n, oh, first ow, length)."""
@@ -223,8 +269,9 @@ def conv_spec(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping[str
     return ConvSpec(shape, _row_major_format(x_dtype, "input"), w_fmt, bias_fmt, out_fmt, fid)
 
 
-def _shape(g: ConvGeometry, fp32_acc: bool, has_bias: bool, out_bf16: bool, w_fmt: Format,
-           w_resident: bool | None) -> ConvShape:
+def _shape(
+    g: ConvGeometry, fp32_acc: bool, has_bias: bool, out_bf16: bool, w_fmt: Format, w_resident: bool | None
+) -> ConvShape:
     two = (lambda v: (1, v[0])) if g.d == 1 else (lambda v: tuple(v))
     (h, w), (kh, kw), (sh, sw), (dh, dw), (oh, ow) = (two(v) for v in (g.spatial, g.kernel, g.stride, g.dilation,
                                                                         g.out_spatial))  # fmt: skip
@@ -248,385 +295,7 @@ def weight_matrix(w: np.ndarray, s: ConvShape) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------------- the C++
-def _with_common(source: str) -> str:
-    """The kernel source with its ``// @COMMON_CPP`` line replaced by the shared compile-time arguments."""
-    return source.replace("// @COMMON_CPP\n", COMMON_CPP.lstrip("\n"))
-
-
-COMMON_CPP = r"""
-constexpr uint32_t TILE = 32;
-constexpr uint32_t DST_TILES = 4;
-constexpr uint32_t N = get_compile_time_arg_val(0);
-constexpr uint32_t C = get_compile_time_arg_val(1);
-constexpr int32_t H = get_compile_time_arg_val(2);
-constexpr int32_t W = get_compile_time_arg_val(3);
-constexpr uint32_t K = get_compile_time_arg_val(4);
-constexpr uint32_t G = get_compile_time_arg_val(5);
-constexpr uint32_t KH = get_compile_time_arg_val(6);
-constexpr uint32_t KW = get_compile_time_arg_val(7);
-constexpr int32_t SH = get_compile_time_arg_val(8);
-constexpr int32_t SW = get_compile_time_arg_val(9);
-constexpr int32_t PT = get_compile_time_arg_val(10);
-constexpr int32_t PL = get_compile_time_arg_val(11);
-constexpr int32_t DH = get_compile_time_arg_val(12);
-constexpr int32_t DW = get_compile_time_arg_val(13);
-constexpr uint32_t OH = get_compile_time_arg_val(14);
-constexpr uint32_t OW = get_compile_time_arg_val(15);
-constexpr bool CHANNELS_LAST = get_compile_time_arg_val(16) == 1;
-constexpr bool FP32_ACC = get_compile_time_arg_val(17) == 1;
-constexpr bool HAS_BIAS = get_compile_time_arg_val(18) == 1;
-constexpr bool OUT_BF16 = get_compile_time_arg_val(19) == 1;
-constexpr bool W_RESIDENT = get_compile_time_arg_val(20) == 1;
-constexpr uint32_t CG = C / G, KG = K / G;
-constexpr uint32_t KRT = (KW * CG + TILE - 1) / TILE;  // K tiles per kernel row
-constexpr uint32_t NT = (KG + TILE - 1) / TILE;        // output tiles per group
-constexpr uint32_t NB = NT < DST_TILES ? NT : DST_TILES;
-constexpr uint32_t M = N * OH * OW;
-constexpr uint32_t MT = (M + TILE - 1) / TILE;
-constexpr uint32_t W_TILES = KH * KRT * NT;  // weight tiles per group
-
-inline uint32_t face_index(uint32_t r, uint32_t c) {
-    return ((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15);
-}
-"""
-
-READER_CPP = _with_common(r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// @COMMON_CPP
-
-constexpr uint32_t cb_act_rm = tt::CBIndex::c_0, cb_w = tt::CBIndex::c_2;
-constexpr uint32_t cb_bias = tt::CBIndex::c_3, cb_span = tt::CBIndex::c_4;
-
-inline void fill_zero(uint32_t l1, uint32_t bytes) {
-    volatile tt_l1_ptr uint32_t* p = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(l1);
-    for (uint32_t i = 0; i < bytes / 4; ++i) p[i] = 0;
-}
-
-// A bf16 DST takes its sources as bfloat16: float32 pages are truncated in L1 (a no-op for 16-bit pages).
-inline void truncate_fp32(uint32_t cb, uint32_t l1, uint32_t pages) {
-    if (FP32_ACC || get_tile_size(cb) != 4096) return;
-    volatile tt_l1_ptr uint32_t* p = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(l1);
-    for (uint32_t i = 0; i < pages * 1024; ++i) p[i] &= 0xFFFF0000u;
-}
-
-// Kernel row r of the im2col block of M tile mt, group g: row i = pixel mt * 32 + i, column kw_i * CG + c.
-template <typename T>
-inline void gather(const InterleavedAddrGen<true>& x, uint32_t g, uint32_t mt, uint32_t r, uint32_t l1) {
-    constexpr uint32_t item = sizeof(T);
-    const uint32_t m_end = (mt + 1) * TILE < M ? (mt + 1) * TILE : M;
-    uint32_t m = mt * TILE;
-    while (m < m_end) {  // runs of pixels on one output row
-        const uint32_t n = m / (OH * OW), oh = (m / OW) % OH, ow0 = m % OW;
-        const uint32_t len = (OW - ow0) < (m_end - m) ? (OW - ow0) : (m_end - m);
-        const uint32_t i0 = m - mt * TILE;
-        const int32_t ih = int32_t(oh) * SH - PT + int32_t(r) * DH;
-        if (ih >= 0 && ih < H) {
-            if constexpr (CHANNELS_LAST) {
-                for (uint32_t j = 0; j < len; ++j) {
-                    for (uint32_t q = 0; q < KW; ++q) {
-                        const int32_t iw = int32_t(ow0 + j) * SW - PL + int32_t(q) * DW;
-                        if (iw < 0 || iw >= W) continue;
-                        const uint32_t stick = (n * H + ih) * W + iw;
-                        noc_async_read(get_noc_addr(stick, x, g * CG * item),
-                                       l1 + ((i0 + j) * KRT * TILE + q * CG) * item, CG * item);
-                    }
-                }
-            } else {
-                const int32_t lo_w = int32_t(ow0) * SW - PL, hi_w = int32_t(ow0 + len - 1) * SW - PL + (KW - 1) * DW;
-                const int32_t a = lo_w < 0 ? 0 : lo_w, b = hi_w >= W ? W - 1 : hi_w;
-                if (a > b) { m += len; continue; }
-                const uint32_t span = get_write_ptr(cb_span);
-                volatile tt_l1_ptr T* vals = reinterpret_cast<volatile tt_l1_ptr T*>(span);
-                volatile tt_l1_ptr T* block = reinterpret_cast<volatile tt_l1_ptr T*>(l1);
-                for (uint32_t c = 0; c < CG; ++c) {
-                    const uint32_t row = ((n * C + g * CG + c) * H + ih);
-                    noc_async_read(get_noc_addr(row, x, a * item), span, (b - a + 1) * item);
-                    noc_async_read_barrier();
-                    for (uint32_t j = 0; j < len; ++j) {
-                        for (uint32_t q = 0; q < KW; ++q) {
-                            const int32_t iw = int32_t(ow0 + j) * SW - PL + int32_t(q) * DW;
-                            if (iw < a || iw > b) continue;
-                            block[(i0 + j) * KRT * TILE + q * CG + c] = vals[iw - a];
-                        }
-                    }
-                }
-            }
-        }
-        m += len;
-    }
-}
-
-// For units [start, start + count) of (group, M tile): the KH im2col blocks (row-major, KRT pages each) into CB 0,
-// then per block of NB output tiles the weight tiles (kernel row, K tile) into CB 2 and the bias tiles into CB 3.
-void kernel_main() {
-    const uint32_t x_addr = get_arg_val<uint32_t>(0);
-    const uint32_t w_addr = get_arg_val<uint32_t>(1);
-    const uint32_t bias_addr = get_arg_val<uint32_t>(2);
-    const uint32_t start = get_arg_val<uint32_t>(3);
-    const uint32_t count = get_arg_val<uint32_t>(4);
-    const uint32_t x_item = get_tile_size(cb_act_rm) / (TILE * TILE);
-    const uint32_t bias_item = HAS_BIAS ? get_tile_size(cb_bias) / (TILE * TILE) : 0;
-    const InterleavedAddrGen<true> x = {
-        .bank_base_address = x_addr, .page_size = (CHANNELS_LAST ? C : uint32_t(W)) * x_item};
-    const InterleavedAddrGenFast<true> w = {
-        .bank_base_address = w_addr, .page_size = get_tile_size(cb_w), .data_format = get_dataformat(cb_w)};
-    const InterleavedAddrGen<true> bias = {.bank_base_address = bias_addr, .page_size = K * bias_item};
-    if constexpr (!CHANNELS_LAST) cb_reserve_back(cb_span, 1);  // scratch for one input row, never pushed
-
-    for (uint32_t u = start; u < start + count; ++u) {
-        const uint32_t g = u / MT, mt = u % MT;
-        const bool new_group = u == start || mt == 0;
-        for (uint32_t r = 0; r < KH; ++r) {
-            cb_reserve_back(cb_act_rm, KRT);
-            const uint32_t l1 = get_write_ptr(cb_act_rm);
-            fill_zero(l1, KRT * get_tile_size(cb_act_rm));
-            if (x_item == 4) gather<uint32_t>(x, g, mt, r, l1); else gather<uint16_t>(x, g, mt, r, l1);
-            noc_async_read_barrier();
-            truncate_fp32(cb_act_rm, l1, KRT);
-            cb_push_back(cb_act_rm, KRT);
-        }
-        if (W_RESIDENT && new_group) {  // after the unit's blocks: compute frees the last group's weights first
-            cb_reserve_back(cb_w, W_TILES);
-            const uint32_t l1 = get_write_ptr(cb_w);
-            for (uint32_t i = 0; i < W_TILES; ++i) {
-                noc_async_read_tile(g * W_TILES + i, w, l1 + i * get_tile_size(cb_w));
-            }
-            noc_async_read_barrier();
-            truncate_fp32(cb_w, l1, W_TILES);
-            cb_push_back(cb_w, W_TILES);
-        }
-        for (uint32_t t0 = 0; t0 < NT; t0 += NB) {
-            const uint32_t nbw = (NT - t0) < NB ? (NT - t0) : NB;
-            for (uint32_t r = 0; r < KH && !W_RESIDENT; ++r) {
-                for (uint32_t kt = 0; kt < KRT; ++kt) {
-                    cb_reserve_back(cb_w, NB);  // whole blocks, so the ring never wraps inside one
-                    const uint32_t l1 = get_write_ptr(cb_w);
-                    for (uint32_t j = 0; j < nbw; ++j) {
-                        noc_async_read_tile(((g * KH + r) * KRT + kt) * NT + t0 + j, w, l1 + j * get_tile_size(cb_w));
-                    }
-                    noc_async_read_barrier();
-                    truncate_fp32(cb_w, l1, nbw);
-                    cb_push_back(cb_w, NB);
-                }
-            }
-            if constexpr (HAS_BIAS) {
-                cb_reserve_back(cb_bias, NB);
-                for (uint32_t j = 0; j < nbw; ++j) {
-                    const uint32_t l1 = get_write_ptr(cb_bias) + j * get_tile_size(cb_bias);
-                    fill_zero(l1, get_tile_size(cb_bias));
-                    const uint32_t ch0 = (t0 + j) * TILE, valid = (KG - ch0) < TILE ? (KG - ch0) : TILE;
-                    for (uint32_t half = 0; half * 16 < valid; ++half) {  // row 0 of face 0, then of face 1
-                        const uint32_t n = (valid - half * 16) < 16 ? (valid - half * 16) : 16;
-                        noc_async_read(get_noc_addr(0, bias, (g * KG + ch0 + half * 16) * bias_item),
-                                       l1 + half * 256 * bias_item, n * bias_item);
-                    }
-                    noc_async_read_barrier();
-                    for (uint32_t face = 0; face < 4; ++face) {  // row 0 copied down the tile
-                        for (uint32_t rr = (face < 2 ? 1 : 0); rr < 16; ++rr) {
-                            for (uint32_t cc = 0; cc < 16; ++cc) {
-                                if (bias_item == 4) {
-                                    volatile tt_l1_ptr uint32_t* p = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(l1);
-                                    p[face * 256 + rr * 16 + cc] = p[(face & 1) * 256 + cc];
-                                } else {
-                                    volatile tt_l1_ptr uint16_t* p = reinterpret_cast<volatile tt_l1_ptr uint16_t*>(l1);
-                                    p[face * 256 + rr * 16 + cc] = p[(face & 1) * 256 + cc];
-                                }
-                            }
-                        }
-                    }
-                    truncate_fp32(cb_bias, l1, 1);
-                }
-                cb_push_back(cb_bias, NB);
-            }
-        }
-    }
-}
-""")
-
-COMPUTE_CPP = _with_common(r"""
-#include <cstdint>
-#include "compute_kernel_api/matmul.h"
-#include "compute_kernel_api/tilize.h"
-#include "compute_kernel_api/tile_move_copy.h"
-#include "compute_kernel_api/eltwise_binary.h"
-
-namespace NAMESPACE {
-// @COMMON_CPP
-
-constexpr uint32_t cb_act_rm = tt::CBIndex::c_0, cb_act = tt::CBIndex::c_1, cb_w = tt::CBIndex::c_2;
-constexpr uint32_t cb_bias = tt::CBIndex::c_3, cb_out = tt::CBIndex::c_16;
-constexpr uint32_t cb_acc = tt::CBIndex::c_24, cb_interim = tt::CBIndex::c_25;
-
-// Commit DST and pack its first n tiles into n reserved pages of cb.
-inline void pack_block(uint32_t cb, uint32_t n) {
-    tile_regs_commit();
-    cb_reserve_back(cb, n);
-    tile_regs_wait();
-    pack_reconfig_data_format(cb);
-    for (uint32_t j = 0; j < n; ++j) pack_tile<true>(j, cb, j);
-    tile_regs_release();
-    cb_push_back(cb, n);
-}
-
-// DST[j] += sum over the K tiles of kernel rows [r0, r1) of act tile x weight tile (t0 + j).
-inline void accumulate(uint32_t r0, uint32_t r1, uint32_t t0, uint32_t nbw) {
-    reconfig_data_format(cb_w, cb_act);
-    mm_init_short(cb_act, cb_w);
-    for (uint32_t r = r0; r < r1; ++r) {
-        for (uint32_t kt = 0; kt < KRT; ++kt) {
-            const uint32_t a = r * KRT + kt;
-            if constexpr (W_RESIDENT) {
-                for (uint32_t j = 0; j < nbw; ++j) matmul_tiles(cb_act, cb_w, a, a * NT + t0 + j, j, false);
-            } else {
-                cb_wait_front(cb_w, NB);
-                for (uint32_t j = 0; j < nbw; ++j) matmul_tiles(cb_act, cb_w, a, j, j, false);
-                cb_pop_front(cb_w, NB);
-            }
-        }
-    }
-}
-
-// dst = src + bias (with_bias) or src, one FPU op per tile into DST, packed to dst.
-inline void finish(uint32_t src, uint32_t dst, uint32_t nbw, bool with_bias) {
-    cb_wait_front(src, nbw);
-    tile_regs_acquire();
-    if (with_bias) {
-        cb_wait_front(cb_bias, NB);
-        reconfig_data_format(src, cb_bias);
-        add_tiles_init(src, cb_bias);
-        for (uint32_t j = 0; j < nbw; ++j) add_tiles(src, cb_bias, j, j, j);
-        cb_pop_front(cb_bias, NB);
-    } else {
-        reconfig_data_format_srca(src);
-        copy_tile_to_dst_init_short(src);
-        for (uint32_t j = 0; j < nbw; ++j) copy_tile(src, j, j);
-    }
-    cb_pop_front(src, nbw);
-    pack_block(dst, nbw);
-}
-
-void MAIN {
-    const uint32_t start = get_arg_val<uint32_t>(0);
-    const uint32_t count = get_arg_val<uint32_t>(1);
-    compute_kernel_hw_startup(cb_act, cb_w, cb_out);
-    mm_init(cb_act, cb_w, cb_out);
-    for (uint32_t u = start; u < start + count; ++u) {
-        for (uint32_t r = 0; r < KH; ++r) {  // the unit's im2col blocks to tiles, resident for the unit
-            cb_wait_front(cb_act_rm, KRT);
-            cb_reserve_back(cb_act, KRT);
-            tilize_init(cb_act_rm, KRT, cb_act);
-            tilize_block(cb_act_rm, KRT, cb_act);
-            tilize_uninit(cb_act_rm, cb_act);
-            cb_push_back(cb_act, KRT);
-            cb_pop_front(cb_act_rm, KRT);
-        }
-        cb_wait_front(cb_act, KH * KRT);
-        if (W_RESIDENT) cb_wait_front(cb_w, W_TILES);
-        for (uint32_t t0 = 0; t0 < NT; t0 += NB) {
-            const uint32_t nbw = (NT - t0) < NB ? (NT - t0) : NB;
-            if constexpr (FP32_ACC) {  // one fp32 DST over the whole window
-                tile_regs_acquire();
-                accumulate(0, KH, t0, nbw);
-                if (HAS_BIAS) {
-                    pack_block(cb_interim, nbw);
-                    finish(cb_interim, cb_out, nbw, true);
-                } else {
-                    pack_block(cb_out, nbw);
-                }
-            } else {  // the running sum rounded to bfloat16 after every kernel row
-                for (uint32_t r = 0; r < KH; ++r) {
-                    tile_regs_acquire();
-                    if (r > 0) {
-                        cb_wait_front(cb_acc, nbw);
-                        reconfig_data_format_srca(cb_acc);
-                        copy_tile_to_dst_init_short(cb_acc);
-                        for (uint32_t j = 0; j < nbw; ++j) copy_tile(cb_acc, j, j);
-                        cb_pop_front(cb_acc, nbw);
-                    }
-                    accumulate(r, r + 1, t0, nbw);
-                    pack_block(r == KH - 1 && OUT_BF16 && !HAS_BIAS ? cb_out : cb_acc, nbw);
-                }
-                if (HAS_BIAS) finish(cb_acc, OUT_BF16 ? cb_out : cb_acc, nbw, true);  // the sum rounded to bf16
-                if (!OUT_BF16) finish(cb_acc, cb_out, nbw, false);  // bf16 values into the output format
-            }
-        }
-        cb_pop_front(cb_act, KH * KRT);
-        if (W_RESIDENT && (u + 1 == start + count || (u + 1) % MT == 0)) cb_pop_front(cb_w, W_TILES);
-    }
-}
-}  // namespace NAMESPACE
-""")
-
-WRITER_CPP = _with_common(r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// @COMMON_CPP
-
-constexpr uint32_t cb_out = tt::CBIndex::c_16, cb_stage = tt::CBIndex::c_26;
-
-// Each output tile (32 pixels x 32 channels of group g, face order) is rearranged into rows in the staging page
-// (channels-last: one row per pixel; channels-first: one row per channel), then written to the row-major output.
-template <typename T>
-inline void write_tile(const InterleavedAddrGen<true>& out, uint32_t g, uint32_t mt, uint32_t t, uint32_t src,
-                       uint32_t stage) {
-    constexpr uint32_t item = sizeof(T);
-    volatile tt_l1_ptr T* tile = reinterpret_cast<volatile tt_l1_ptr T*>(src);
-    volatile tt_l1_ptr T* rows = reinterpret_cast<volatile tt_l1_ptr T*>(stage);
-    for (uint32_t i = 0; i < TILE; ++i) {
-        for (uint32_t j = 0; j < TILE; ++j) {
-            rows[CHANNELS_LAST ? i * TILE + j : j * TILE + i] = tile[face_index(i, j)];
-        }
-    }
-    const uint32_t ch0 = t * TILE, valid = (KG - ch0) < TILE ? (KG - ch0) : TILE;
-    const uint32_t m_end = (mt + 1) * TILE < M ? (mt + 1) * TILE : M;
-    uint32_t m = mt * TILE;
-    while (m < m_end) {
-        const uint32_t n = m / (OH * OW), oh = (m / OW) % OH, ow0 = m % OW;
-        const uint32_t len = (OW - ow0) < (m_end - m) ? (OW - ow0) : (m_end - m);
-        const uint32_t i0 = m - mt * TILE;
-        if constexpr (CHANNELS_LAST) {
-            for (uint32_t j = 0; j < len; ++j) {
-                noc_async_write(stage + (i0 + j) * TILE * item, get_noc_addr(m + j, out, (g * KG + ch0) * item),
-                                valid * item);
-            }
-        } else {
-            for (uint32_t j = 0; j < valid; ++j) {
-                const uint32_t row = (n * K + g * KG + ch0 + j) * OH + oh;
-                noc_async_write(stage + (j * TILE + i0) * item, get_noc_addr(row, out, ow0 * item), len * item);
-            }
-        }
-        m += len;
-    }
-    noc_async_writes_flushed();  // the staging page is reused for the next tile
-}
-
-void kernel_main() {
-    const uint32_t out_addr = get_arg_val<uint32_t>(0);
-    const uint32_t start = get_arg_val<uint32_t>(1);
-    const uint32_t count = get_arg_val<uint32_t>(2);
-    const uint32_t item = get_tile_size(cb_out) / (TILE * TILE);
-    const InterleavedAddrGen<true> out = {
-        .bank_base_address = out_addr, .page_size = (CHANNELS_LAST ? K : OW) * item};
-    cb_reserve_back(cb_stage, 1);  // scratch, never pushed
-    const uint32_t stage = get_write_ptr(cb_stage);
-    for (uint32_t u = start; u < start + count; ++u) {
-        const uint32_t g = u / MT, mt = u % MT;
-        for (uint32_t t = 0; t < NT; ++t) {
-            cb_wait_front(cb_out, 1);
-            if (item == 4) {
-                write_tile<uint32_t>(out, g, mt, t, get_read_ptr(cb_out), stage);
-            } else {
-                write_tile<uint16_t>(out, g, mt, t, get_read_ptr(cb_out), stage);
-            }
-            cb_pop_front(cb_out, 1);
-        }
-    }
-    noc_async_write_barrier();
-}
-""")
+SOURCES = SOURCE_DIR / "conv2d"  # reader.cpp, compute.cpp, writer.cpp (+ common.h)
 
 
 # ---------------------------------------------------------------------------------------- simulator twins
@@ -642,87 +311,91 @@ def _truncate(k: Any, s: ConvShape, cb: int, l1: int, pages: int) -> None:
     k.l1_write(l1, words & np.uint32(BF16_MASK))
 
 
-def _gather(k: Any, s: ConvShape, x: Any, g: int, mt: int, r: int, l1: int, fmt: Format) -> None:
-    """Twin of ``gather``: kernel row r of the im2col block of (g, mt) into the zeroed pages at ``l1``."""
-    item = fmt.itemsize
-    row_len = s.krt * TILE
-    block = None if s.channels_last else np.zeros((TILE, row_len), _words(fmt))
+def _read_aligned(k: Any, src: Any, scratch: int, nbytes: int) -> int:
+    """Twin of ``read_aligned``: the read lands in the scratch at its NOC address's offset modulo 64 B (a page starts
+    64-aligned in its bank, so its offset in the page gives that); returns where the data is."""
+    l1 = scratch + src.offset % DRAM_ALIGN
+    k.noc_async_read(src, l1, nbytes)
+    return l1
+
+
+def _gather(k: Any, s: ConvShape, x: Any, scratch: int, slots: int, g: int, mt: int, r: int, fmt: Format) -> np.ndarray:
+    """Twin of ``gather``: kernel row r of the im2col block of (g, mt), as the (32, KRT * 32) words of its pages."""
+    item, words = fmt.itemsize, _words(fmt)
+    block = np.zeros((TILE, s.krt * TILE), words)
+    slot = -(-s.cg * item // DRAM_ALIGN) * DRAM_ALIGN + DRAM_ALIGN
     for i0, n, oh, ow0, length in s.runs(mt):
         ih = oh * s.sh - s.pt + r * s.dh
         if not 0 <= ih < s.h:
-            continue
-        ows = np.arange(ow0, ow0 + length)
-        if s.channels_last:
-            for j, ow in enumerate(ows):
-                for q in range(s.kw):
-                    iw = int(ow) * s.sw - s.pl + q * s.dw
-                    if 0 <= iw < s.w:
-                        stick = (n * s.h + ih) * s.w + iw
-                        k.noc_async_read(k.get_noc_addr(stick, x, g * s.cg * item),
-                                         l1 + ((i0 + j) * row_len + q * s.cg) * item, s.cg * item)  # fmt: skip
             continue
         lo_w, hi_w = ow0 * s.sw - s.pl, (ow0 + length - 1) * s.sw - s.pl + (s.kw - 1) * s.dw
         a, b = max(lo_w, 0), min(hi_w, s.w - 1)
         if a > b:
             continue
-        span = k.get_write_ptr(CB_SPAN)
-        iws = ows[:, None] * s.sw - s.pl + np.arange(s.kw)[None, :] * s.dw  # (pixel, kernel column)
-        ok = (iws >= a) & (iws <= b)
-        rows, qs = np.nonzero(ok)
+        iws = np.arange(ow0, ow0 + length)[:, None] * s.sw - s.pl + np.arange(s.kw)[None, :] * s.dw  # (pixel, col)
+        if s.channels_last:
+            for c0 in range(a, b + 1, slots):
+                c1 = min(c0 + slots, b + 1)
+                at = [_read_aligned(k, k.get_noc_addr((n * s.h + ih) * s.w + iw, x, g * s.cg * item),
+                                    scratch + (iw - c0) * slot, s.cg * item) for iw in range(c0, c1)]  # fmt: skip
+                k.noc_async_read_barrier()
+                sticks = np.stack([k.l1_read(p, s.cg * item).view(words) for p in at])  # (sticks, C/groups)
+                rows, qs = np.nonzero((iws >= c0) & (iws < c1))
+                cols = qs[:, None] * s.cg + np.arange(s.cg)[None, :]
+                block[i0 + rows[:, None], cols] = sticks[iws[rows, qs] - c0]
+            continue
+        rows, qs = np.nonzero((iws >= a) & (iws <= b))
         for c in range(s.cg):
             page = (n * s.c + g * s.cg + c) * s.h + ih
-            k.noc_async_read(k.get_noc_addr(page, x, a * item), span, (b - a + 1) * item)
+            at = _read_aligned(k, k.get_noc_addr(page, x, a * item), scratch, (b - a + 1) * item)
             k.noc_async_read_barrier()
-            vals = k.l1_read(span, (b - a + 1) * item).view(_words(fmt))
-            block[i0 + rows, qs * s.cg + c] = vals[iws[rows, qs] - a]  # type: ignore[index]
-    if block is not None:
-        k.l1_write(l1, block)
+            vals = k.l1_read(at, (b - a + 1) * item).view(words)
+            block[i0 + rows, qs * s.cg + c] = vals[iws[rows, qs] - a]
+    return block
 
 
-def _bias_tile(k: Any, s: ConvShape, bias: Any, g: int, t: int, l1: int) -> None:
-    """Twin of the bias part of READER_CPP: the group's channels of output tile t in row 0, copied down the tile."""
-    fmt = k.get_dataformat(CB_BIAS)
-    item, size = fmt.itemsize, k.get_tile_size(CB_BIAS)
-    k.l1_write(l1, np.zeros(size, np.uint8))
-    ch0 = t * TILE
-    valid = min(TILE, s.kg - ch0)
-    for half in range(0, -(-valid // 16)):
-        n = min(16, valid - half * 16)
-        k.noc_async_read(k.get_noc_addr(0, bias, (g * s.kg + ch0 + half * 16) * item), l1 + half * 256 * item,
-                         n * item)  # fmt: skip
-    k.noc_async_read_barrier()
-    faces = k.l1_read(l1, size).view(_words(fmt)).reshape(4, 16, 16).copy()
-    faces[0::2] = faces[0, 0]  # faces 0 and 2 hold columns 0-15
-    faces[1::2] = faces[1, 0]  # faces 1 and 3 hold columns 16-31
-    k.l1_write(l1, faces)
+def _bias_tile(k: Any, s: ConvShape, bias_row: np.ndarray, g: int, t: int, l1: int) -> None:
+    """Twin of ``bias_tile``: the group's channels of output tile t from the bias row, in every row of the tile."""
+    line = np.zeros(TILE, bias_row.dtype)
+    ch0 = g * s.kg + t * TILE
+    valid = min(TILE, s.kg - t * TILE)
+    line[:valid] = bias_row[ch0 : ch0 + valid]
+    tile = np.empty(TILE * TILE, bias_row.dtype)
+    tile[_TILE_INDEX] = line[None, :]
+    k.l1_write(l1, tile)
     _truncate(k, s, CB_BIAS, l1, 1)
 
 
 def reader(k: Any) -> None:
-    """Twin of READER_CPP."""
+    """Twin of reader.cpp."""
     s = ConvShape.of_kernel(k)
-    start, count = k.get_arg_val(3), k.get_arg_val(4)
+    start, count, slots = k.get_arg_val(3), k.get_arg_val(4), min(max(k.get_arg_val(7), 1), MAX_SLOTS)
     x, w = k.tensor_accessor("x"), k.tensor_accessor("weights")
-    bias = k.tensor_accessor("bias") if s.has_bias else None
     fmt = k.get_dataformat(CB_ACT_RM)
     tw = k.get_tile_size(CB_W)
-    if not s.channels_last:
-        k.cb_reserve_back(CB_SPAN, 1)
+    k.cb_reserve_back(CB_SPAN, 1)
+    scratch = -(-k.get_write_ptr(CB_SPAN) // DRAM_ALIGN) * DRAM_ALIGN
+    bias_row = None
+    if s.has_bias:
+        bias = k.tensor_accessor("bias")
+        k.cb_reserve_back(CB_BIAS_ROW, 1)
+        row = k.get_write_ptr(CB_BIAS_ROW)
+        k.noc_async_read_page(0, bias, row)
+        k.noc_async_read_barrier()
+        bias_row = k.l1_read(row, bias.page_size).view(_words(k.get_dataformat(CB_BIAS_ROW)))
     for u in range(start, start + count):
         g, mt = divmod(u, s.mt)
         for r in range(s.kh):
             k.cb_reserve_back(CB_ACT_RM, s.krt)
             l1 = k.get_write_ptr(CB_ACT_RM)
-            k.l1_write(l1, np.zeros(s.krt * k.get_tile_size(CB_ACT_RM), np.uint8))
-            _gather(k, s, x, g, mt, r, l1, fmt)
-            k.noc_async_read_barrier()
+            k.l1_write(l1, _gather(k, s, x, scratch, slots, g, mt, r, fmt))
             _truncate(k, s, CB_ACT_RM, l1, s.krt)
             k.cb_push_back(CB_ACT_RM, s.krt)
         if s.w_resident and (u == start or mt == 0):
             k.cb_reserve_back(CB_W, s.w_tiles)
             l1 = k.get_write_ptr(CB_W)
             for i in range(s.w_tiles):
-                k.noc_async_read_tile(g * s.w_tiles + i, w, l1 + i * tw)
+                k.noc_async_read_page(g * s.w_tiles + i, w, l1 + i * tw)
             k.noc_async_read_barrier()
             _truncate(k, s, CB_W, l1, s.w_tiles)
             k.cb_push_back(CB_W, s.w_tiles)
@@ -732,15 +405,25 @@ def reader(k: Any) -> None:
                     k.cb_reserve_back(CB_W, s.nb)
                     l1 = k.get_write_ptr(CB_W)
                     for j in range(nbw):
-                        k.noc_async_read_tile(((g * s.kh + r) * s.krt + kt) * s.nt + t0 + j, w, l1 + j * tw)
+                        k.noc_async_read_page(((g * s.kh + r) * s.krt + kt) * s.nt + t0 + j, w, l1 + j * tw)
                     k.noc_async_read_barrier()
                     _truncate(k, s, CB_W, l1, nbw)
                     k.cb_push_back(CB_W, s.nb)
-            if bias is not None:
+            if bias_row is not None:
                 k.cb_reserve_back(CB_BIAS, s.nb)
                 for j in range(nbw):
-                    _bias_tile(k, s, bias, g, t0 + j, k.get_write_ptr(CB_BIAS) + j * k.get_tile_size(CB_BIAS))
+                    _bias_tile(k, s, bias_row, g, t0 + j, k.get_write_ptr(CB_BIAS) + j * k.get_tile_size(CB_BIAS))
                 k.cb_push_back(CB_BIAS, s.nb)
+    _release_scratch(k, CB_SPAN)
+    if bias_row is not None:
+        _release_scratch(k, CB_BIAS_ROW)
+
+
+def _release_scratch(k: Any, cb: int) -> None:
+    """Twin of ``release_scratch``: the scratch page goes back, so every CB ends the program balanced."""
+    k.cb_push_back(cb, 1)
+    k.cb_wait_front(cb, 1)
+    k.cb_pop_front(cb, 1)
 
 
 def _pack_block(c: Any, cb: int, n: int) -> None:
@@ -790,7 +473,7 @@ def _finish(c: Any, s: ConvShape, src: int, dst: int, nbw: int, bias: bool) -> N
 
 
 def compute(c: Any) -> None:
-    """Twin of COMPUTE_CPP."""
+    """Twin of compute.cpp."""
     s = ConvShape.of_kernel(c)
     start, count = c.get_arg_val(0), c.get_arg_val(1)
     c.compute_kernel_hw_startup(CB_ACT, CB_W, CB_OUT)
@@ -835,36 +518,39 @@ def compute(c: Any) -> None:
 
 
 def writer(k: Any) -> None:
-    """Twin of WRITER_CPP."""
+    """Twin of writer.cpp."""
     s = ConvShape.of_kernel(k)
     start, count = k.get_arg_val(1), k.get_arg_val(2)
     out = k.tensor_accessor("out")
     fmt = k.get_dataformat(CB_OUT)
     item, size = fmt.itemsize, k.get_tile_size(CB_OUT)
+    slot = TILE * item + WRITE_ALIGN
     k.cb_reserve_back(CB_STAGE, 1)
-    stage = k.get_write_ptr(CB_STAGE)
+    stage = -(-k.get_write_ptr(CB_STAGE) // WRITE_ALIGN) * WRITE_ALIGN
     for u in range(start, start + count):
         g, mt = divmod(u, s.mt)
         for t in range(s.nt):
             k.cb_wait_front(CB_OUT, 1)
-            rows = k.l1_read(k.get_read_ptr(CB_OUT), size).view(_words(fmt))[_TILE_INDEX]
-            k.l1_write(stage, rows if s.channels_last else rows.T)
+            rows = k.l1_read(k.get_read_ptr(CB_OUT), size).view(_words(fmt))[_TILE_INDEX]  # (pixel, channel)
             ch0 = t * TILE
             valid = min(TILE, s.kg - ch0)
             for i0, n, oh, ow0, length in s.runs(mt):
-                m = mt * TILE + i0
                 if s.channels_last:
-                    for j in range(length):
-                        k.noc_async_write(stage + (i0 + j) * TILE * item,
-                                          k.get_noc_addr(m + j, out, (g * s.kg + ch0) * item), valid * item)
+                    for j in range(i0, i0 + length):
+                        dst = k.get_noc_addr(mt * TILE + j, out, (g * s.kg + ch0) * item)
+                        l1 = stage + j * slot + dst.offset % WRITE_ALIGN
+                        k.l1_write(l1, rows[j, :valid])
+                        k.noc_async_write(l1, dst, valid * item)
                 else:
-                    for j in range(valid):
-                        row = (n * s.k + g * s.kg + ch0 + j) * s.oh + oh
-                        k.noc_async_write(stage + (j * TILE + i0) * item, k.get_noc_addr(row, out, ow0 * item),
-                                          length * item)  # fmt: skip
-            k.noc_async_writes_flushed()
+                    for c in range(valid):
+                        dst = k.get_noc_addr((n * s.k + g * s.kg + ch0 + c) * s.oh + oh, out, ow0 * item)
+                        l1 = stage + c * slot + dst.offset % WRITE_ALIGN
+                        k.l1_write(l1, np.ascontiguousarray(rows[i0 : i0 + length, c]))
+                        k.noc_async_write(l1, dst, length * item)
+                k.noc_async_writes_flushed()
             k.cb_pop_front(CB_OUT, 1)
     k.noc_async_write_barrier()
+    _release_scratch(k, CB_STAGE)
 
 
 # ------------------------------------------------------------------------------------------------ the program
@@ -881,48 +567,73 @@ def conv_program(spec: ConvSpec, max_cores: int | None = None) -> Program:
         return CircularBuffer(index, fmt, page_size or fmt.tile_bytes, pages, cores)
 
     bf16 = Format.BFLOAT16
+    x_item, out_item = spec.x_fmt.itemsize, spec.out_fmt.itemsize
+    slots, scratch = s.scratch(x_item)
+    stage = TILE * (TILE * out_item + WRITE_ALIGN) + WRITE_ALIGN  # 32 slots, each at most 16 B off its start
     cbs = [cb(CB_ACT_RM, spec.x_fmt, 2 * s.krt), cb(CB_ACT, spec.x_fmt, s.kh * s.krt),
            cb(CB_W, spec.w_fmt, s.w_tiles if s.w_resident else 2 * nb), cb(CB_OUT, spec.out_fmt, 2 * nb),
-           cb(CB_STAGE, spec.out_fmt, 1)]  # fmt: skip
-    if not s.channels_last:
-        cbs.append(cb(CB_SPAN, spec.x_fmt, 1, -(-s.w * spec.x_fmt.itemsize // 16) * 16))
+           cb(CB_SPAN, spec.x_fmt, 1, scratch), cb(CB_STAGE, spec.out_fmt, 1, stage)]  # fmt: skip
+    # the row-major pages the kernels address: x's sticks or rows, the output's, the bias row
+    pages = {"x": (s.c if s.channels_last else s.w) * x_item, "out": (s.k if s.channels_last else s.ow) * out_item}
     if s.has_bias:
         assert spec.bias_fmt is not None
-        cbs.append(cb(CB_BIAS, spec.bias_fmt, 2 * nb))
+        pages["bias"] = s.k * spec.bias_fmt.itemsize
+        cbs += [cb(CB_BIAS, spec.bias_fmt, 2 * nb), cb(CB_BIAS_ROW, spec.bias_fmt, 1, aligned_page_size(pages["bias"]))]
         if s.fp32_acc:
             cbs.append(cb(CB_INTERIM, Format.FLOAT32, nb))
     if not s.fp32_acc:
         cbs.append(cb(CB_ACC, bf16, nb))
     ct = s.compile_time_args()
+    runtime_page = tensor_accessor_args(None)  # row-major tensors: the page size is a runtime argument
+    reader_ct = ct + runtime_page + tensor_accessor_args(spec.w_fmt.tile_bytes) + runtime_page
     tensors = spec.tensors
+    sa = s.shape_args()
 
     def runtime_args(bufs: Sequence[Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
         by = dict(zip(tensors, bufs))
+        require_dram("ktt_conv2d", by)
+        for name, want in pages.items():
+            if by[name].page_size != want:
+                raise ProgramError(f"program 'ktt_conv2d': tensor {name!r} has {by[name].page_size} B pages, but the "
+                                   f"program reads row-major rows of {want} B; upload it row-major in the op's "
+                                   "layout")  # fmt: skip
+        aligned = {n: aligned_page_size(p) for n, p in pages.items()}
         bias_addr = by["bias"].address if "bias" in by else 0
         split = split_work(s.units, cores)
-        return {"reader": {c: [by["x"].address, by["weights"].address, bias_addr, s0, n] for c, s0, n in split},
-                "compute": {c: [s0, n] for c, s0, n in split},
-                "writer": {c: [by["out"].address, s0, n] for c, s0, n in split}}  # fmt: skip
+        ins = [by["x"].address, by["weights"].address, bias_addr]
+        return {"reader": {c: [*ins, s0, n, aligned["x"], aligned.get("bias", 0), slots, *sa] for c, s0, n in split},
+                "compute": {c: [s0, n, *sa] for c, s0, n in split},
+                "writer": {c: [by["out"].address, s0, n, aligned["out"], *sa] for c, s0, n in split}}  # fmt: skip
 
     k_tiles = s.kh * s.krt
     out_tiles = s.units * s.nt
-    x_item, out_item = spec.x_fmt.itemsize, spec.out_fmt.itemsize
     if s.w_resident:  # once per (core, group) its units touch
         w_reads = sum(len({u // s.mt for u in range(s0, s0 + n)}) for _, s0, n in split_work(s.units, cores))
     else:  # once per M tile
         w_reads = s.units
-    dram = (s.units * TILE * s.kh * s.kw * s.cg * x_item  # every tap's sticks, once per unit
-            + w_reads * s.w_tiles * spec.w_fmt.tile_bytes
-            + s.m * s.k * out_item + (s.units * s.nt * TILE * (spec.bias_fmt.itemsize if spec.bias_fmt else 0)))
+    dram = (
+        s.units * TILE * s.kh * s.kw * s.cg * x_item  # every tap's sticks, once per unit
+        + w_reads * s.w_tiles * spec.w_fmt.tile_bytes
+        + s.m * s.k * out_item
+        + (s.units * s.nt * TILE * (spec.bias_fmt.itemsize if spec.bias_fmt else 0))
+    )
     extra = (1 if s.has_bias else 0) + (0 if s.fp32_acc else (s.kh - 1) + (0 if s.out_bf16 else 1))
     work = Work(dram_bytes=dram, matmul_tiles=out_tiles * k_tiles,
                 fpu_tiles=s.units * k_tiles + out_tiles * extra)  # fmt: skip
-    compute_kernel = Kernel("compute", COMPUTE_CPP, cores, compute, compile_time_args=ct,
-                            math_fidelity=spec.fidelity.name, fp32_dest_acc_en=True, math_approx_mode=False)
+    compute_kernel = Kernel(
+        "compute",
+        SOURCES / "compute.cpp",
+        cores,
+        compute,
+        compile_time_args=ct,
+        math_fidelity=spec.fidelity.name,
+        fp32_dest_acc_en=True,
+        math_approx_mode=False,
+    )
     return Program(
         "ktt_conv2d",
-        [Kernel("reader", READER_CPP, cores, reader, compile_time_args=ct), compute_kernel,
-         Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=ct)],
+        [Kernel("reader", SOURCES / "reader.cpp", cores, reader, compile_time_args=reader_ct), compute_kernel,
+         Kernel("writer", SOURCES / "writer.cpp", cores, writer, compile_time_args=ct + runtime_page)],
         cbs, runtime_args=runtime_args, tensors=tensors, work=work,
     )  # fmt: skip
 
@@ -964,5 +675,5 @@ def run_conv_program(device: Any, x: np.ndarray, w: np.ndarray, bias: np.ndarray
             device.free(b)
 
 
-__all__ = ["COMPUTE_CPP", "READER_CPP", "WRITER_CPP", "ConvShape", "ConvSpec", "conv_program", "conv_spec",
+__all__ = ["SOURCES", "ConvShape", "ConvSpec", "conv_program", "conv_spec",
            "run_conv_program", "weight_matrix"]  # fmt: skip

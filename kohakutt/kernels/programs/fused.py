@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,12 +24,22 @@ from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal import formats
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.card import P150A, CardSpec
-from kohakutt.hal.layout import TILE, Format, Layout, MemoryKind, padded_shape
-from kohakutt.hal.program import CircularBuffer, CoreRange, CoreRangeSet, Kernel, Program, Work, split_work
+from kohakutt.hal.layout import TILE, Format, Layout, padded_shape
+from kohakutt.hal.program import (
+    CircularBuffer,
+    CoreRange,
+    CoreRangeSet,
+    Kernel,
+    Program,
+    Work,
+    split_work,
+    tensor_accessor_args,
+)
 from kohakutt.ir import ops as irops
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Fidelity, Numerics, resolve
 from kohakutt.ir.ops import ShapeError, TensorSpec, norm_dim
+from kohakutt.kernels.programs import SOURCE_DIR
 from kohakutt.kernels.tensor import DeviceTensor, empty
 
 CB_A, CB_B, CB_COS, CB_SIN, CB_ROT = 0, 1, 2, 3, 4  # inputs: x / gate, bias / up / swapped x, cos, sin, +-1 tile
@@ -37,30 +48,8 @@ CB_IM0, CB_IM1, CB_IM2 = 24, 25, 26  # intermediates
 ONE, NEG_ONE = 0x3F80, 0xBF80  # bfloat16 bits of 1.0 and -1.0
 
 # --------------------------------------------------------------------------------------------- shared kernels
-WRITER_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// Drains CB 16 into tiles [start, start + count) of the output.
-void kernel_main() {
-    const uint32_t dst_addr = get_arg_val<uint32_t>(0);
-    const uint32_t start = get_arg_val<uint32_t>(1);
-    const uint32_t count = get_arg_val<uint32_t>(2);
-    constexpr bool dst_is_dram = get_compile_time_arg_val(0) == 1;
-    constexpr uint32_t cb_out = tt::CBIndex::c_16;
-
-    const InterleavedAddrGenFast<dst_is_dram> dst = {
-        .bank_base_address = dst_addr, .page_size = get_tile_size(cb_out), .data_format = get_dataformat(cb_out)};
-
-    for (uint32_t t = start; t < start + count; ++t) {
-        cb_wait_front(cb_out, 1);
-        noc_async_write_tile(t, dst, get_read_ptr(cb_out));
-        noc_async_writes_flushed();
-        cb_pop_front(cb_out, 1);
-    }
-    noc_async_write_barrier();
-}
-"""
+TILE_WRITER = SOURCE_DIR / "shared" / "tile_writer.cpp"  # drains CB 16 into tiles [start, start + count)
+BIAS_GELU, GLU, ROTARY = (SOURCE_DIR / n for n in ("bias_gelu", "glu", "rotary_embedding"))  # reader / compute.cpp
 
 
 def writer(k: Any) -> None:
@@ -85,91 +74,6 @@ def _pack_step(c: Any, cb: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- bias_gelu
-BIAS_GELU_READER_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// x tiles [start, start + count) into CB 0 and, for each, the bias tile of its column into CB 1 with row 0 copied
-// to all 32 rows: a 1-D bias is one tile row, its values in row 0 of faces 0 and 1 (bfloat16, 16 values a face row).
-void kernel_main() {
-    const uint32_t x_addr = get_arg_val<uint32_t>(0);
-    const uint32_t bias_addr = get_arg_val<uint32_t>(1);
-    const uint32_t start = get_arg_val<uint32_t>(2);
-    const uint32_t count = get_arg_val<uint32_t>(3);
-    const uint32_t Wt = get_arg_val<uint32_t>(4);
-    constexpr bool x_is_dram = get_compile_time_arg_val(0) == 1;
-    constexpr bool bias_is_dram = get_compile_time_arg_val(1) == 1;
-    constexpr uint32_t cb_x = tt::CBIndex::c_0;
-    constexpr uint32_t cb_bias = tt::CBIndex::c_1;
-    constexpr uint32_t FACE_WORDS = 128;  // 16 x 16 bfloat16 values
-    constexpr uint32_t ROW_WORDS = 8;     // 16 bfloat16 values
-
-    const InterleavedAddrGenFast<x_is_dram> x = {
-        .bank_base_address = x_addr, .page_size = get_tile_size(cb_x), .data_format = get_dataformat(cb_x)};
-    const InterleavedAddrGenFast<bias_is_dram> bias = {
-        .bank_base_address = bias_addr, .page_size = get_tile_size(cb_bias), .data_format = get_dataformat(cb_bias)};
-
-    for (uint32_t t = start; t < start + count; ++t) {
-        cb_reserve_back(cb_x, 1);
-        cb_reserve_back(cb_bias, 1);
-        const uint32_t bias_l1 = get_write_ptr(cb_bias);
-        noc_async_read_tile(t, x, get_write_ptr(cb_x));
-        noc_async_read_tile(t % Wt, bias, bias_l1);
-        noc_async_read_barrier();
-        volatile tt_l1_ptr uint32_t* b = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(bias_l1);
-        for (uint32_t face = 0; face < 4; ++face) {
-            const uint32_t src = (face & 1) * FACE_WORDS;  // row 0 of face 0 (columns 0-15) or face 1 (16-31)
-            for (uint32_t row = face < 2 ? 1 : 0; row < 16; ++row) {
-                for (uint32_t w = 0; w < ROW_WORDS; ++w) {
-                    b[face * FACE_WORDS + row * ROW_WORDS + w] = b[src + w];
-                }
-            }
-        }
-        cb_push_back(cb_x, 1);
-        cb_push_back(cb_bias, 1);
-    }
-}
-"""
-
-BIAS_GELU_COMPUTE_CPP = r"""
-#include <cstdint>
-#include "compute_kernel_api/eltwise_binary.h"
-#include "compute_kernel_api/eltwise_unary/eltwise_unary.h"
-#include "compute_kernel_api/eltwise_unary/gelu.h"
-
-// out = gelu(x + bias): the sum lands in DST (fp32 with fp32_dest_acc_en), gelu runs on it there (APPROX: the
-// kernel's math_approx_mode), one pack.
-namespace NAMESPACE {
-void MAIN {
-    const uint32_t count = get_arg_val<uint32_t>(0);
-    constexpr auto cb_x = tt::CBIndex::c_0;
-    constexpr auto cb_bias = tt::CBIndex::c_1;
-    constexpr auto cb_out = tt::CBIndex::c_16;
-
-    binary_op_init_common(cb_x, cb_bias, cb_out);
-    add_tiles_init(cb_x, cb_bias);
-    gelu_tile_init<APPROX>();
-    for (uint32_t i = 0; i < count; ++i) {
-        cb_wait_front(cb_x, 1);
-        cb_wait_front(cb_bias, 1);
-        tile_regs_acquire();
-        add_tiles(cb_x, cb_bias, 0, 0, 0);
-        gelu_tile<APPROX>(0);
-        tile_regs_commit();
-        cb_pop_front(cb_x, 1);
-        cb_pop_front(cb_bias, 1);
-
-        cb_reserve_back(cb_out, 1);
-        tile_regs_wait();
-        pack_tile(0, cb_out);
-        tile_regs_release();
-        cb_push_back(cb_out, 1);
-    }
-}
-}  // namespace NAMESPACE
-"""
-
-
 def broadcast_row0(tile: np.ndarray) -> np.ndarray:
     """A bfloat16 tile's bytes (2048, face order) with row 0 copied to every row, as the reader does in L1."""
     faces = tile.view(np.uint16).reshape(4, 16, 16).copy()
@@ -195,15 +99,22 @@ def bias_gelu_reader(k: Any) -> None:
 
 def bias_gelu_compute(c: Any) -> None:
     count = c.get_arg_val(0)
+    tanh = "GELU_TANH" in c.defines
     c.binary_op_init_common(CB_A, CB_B, CB_OUT)
     c.add_tiles_init(CB_A, CB_B)
-    c.gelu_tile_init()
+    if tanh:
+        c.gelu_tanh_tile_init()
+    else:
+        c.gelu_tile_init()
     for _ in range(count):
         c.cb_wait_front(CB_A, 1)
         c.cb_wait_front(CB_B, 1)
         c.tile_regs_acquire()
         c.add_tiles(CB_A, CB_B, 0, 0, 0)
-        c.gelu_tile(0)
+        if tanh:
+            c.gelu_tanh_tile(0, approx=False)
+        else:
+            c.gelu_tile(0, approx=False)
         c.tile_regs_commit()
         c.cb_pop_front(CB_A, 1)
         c.cb_pop_front(CB_B, 1)
@@ -215,121 +126,6 @@ def bias_gelu_compute(c: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------------ silu_mul / swiglu
-GLU_READER_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// For output tiles [start, start + count): the gate tile into CB 0 and the up tile into CB 1. Two tensors (silu_mul):
-// tile t of each. One tensor split in halves (swiglu, SPLIT defined): x's tiles are (outer, 2 * half, inner) along
-// the split dim, output tile (o, i, r) takes gate (o, i, r) and up (o, half + i, r).
-void kernel_main() {
-    const uint32_t a_addr = get_arg_val<uint32_t>(0);
-    const uint32_t b_addr = get_arg_val<uint32_t>(1);
-    const uint32_t start = get_arg_val<uint32_t>(2);
-    const uint32_t count = get_arg_val<uint32_t>(3);
-    const uint32_t half = get_arg_val<uint32_t>(4);
-    const uint32_t inner = get_arg_val<uint32_t>(5);
-    constexpr bool a_is_dram = get_compile_time_arg_val(0) == 1;
-    constexpr bool b_is_dram = get_compile_time_arg_val(1) == 1;
-    constexpr uint32_t cb_gate = tt::CBIndex::c_0;
-    constexpr uint32_t cb_up = tt::CBIndex::c_1;
-
-    const InterleavedAddrGenFast<a_is_dram> a = {
-        .bank_base_address = a_addr, .page_size = get_tile_size(cb_gate), .data_format = get_dataformat(cb_gate)};
-    const InterleavedAddrGenFast<b_is_dram> b = {
-        .bank_base_address = b_addr, .page_size = get_tile_size(cb_up), .data_format = get_dataformat(cb_up)};
-
-    for (uint32_t t = start; t < start + count; ++t) {
-#ifdef SPLIT
-        const uint32_t o = t / (half * inner), ir = t % (half * inner);
-        const uint32_t gate_tile = o * 2 * half * inner + ir;
-        const uint32_t up_tile = gate_tile + half * inner;
-#else
-        const uint32_t gate_tile = t, up_tile = t;
-#endif
-        cb_reserve_back(cb_gate, 1);
-        cb_reserve_back(cb_up, 1);
-        noc_async_read_tile(gate_tile, a, get_write_ptr(cb_gate));
-        noc_async_read_tile(up_tile, b, get_write_ptr(cb_up));
-        noc_async_read_barrier();
-        cb_push_back(cb_gate, 1);
-        cb_push_back(cb_up, 1);
-    }
-}
-"""
-
-GLU_COMPUTE_CPP = r"""
-#include <cstdint>
-#include "compute_kernel_api/eltwise_binary.h"
-#include "compute_kernel_api/eltwise_unary/eltwise_unary.h"
-#include "compute_kernel_api/eltwise_unary/sigmoid.h"
-#include "compute_kernel_api/tile_move_copy.h"
-
-// out = sigmoid(gate) * (gate * up): sigmoid on the SFPU and gate * up on the FPU, each packed to an intermediate CB
-// (24, 25: fp32 with fp32_dest_acc_en, else bf16), then their FPU product, packed once.
-namespace NAMESPACE {
-void MAIN {
-    const uint32_t count = get_arg_val<uint32_t>(0);
-    constexpr auto cb_gate = tt::CBIndex::c_0;
-    constexpr auto cb_up = tt::CBIndex::c_1;
-    constexpr auto cb_sig = tt::CBIndex::c_24;
-    constexpr auto cb_gu = tt::CBIndex::c_25;
-    constexpr auto cb_out = tt::CBIndex::c_16;
-
-    binary_op_init_common(cb_gate, cb_up, cb_out);
-    for (uint32_t i = 0; i < count; ++i) {
-        cb_wait_front(cb_gate, 1);
-        cb_wait_front(cb_up, 1);
-
-        reconfig_data_format_srca(cb_gate);
-        pack_reconfig_data_format(cb_sig);
-        tile_regs_acquire();
-        copy_tile_to_dst_init_short(cb_gate);
-        copy_tile(cb_gate, 0, 0);
-        sigmoid_tile_init();
-        sigmoid_tile(0);
-        tile_regs_commit();
-        cb_reserve_back(cb_sig, 1);
-        tile_regs_wait();
-        pack_tile(0, cb_sig);
-        tile_regs_release();
-        cb_push_back(cb_sig, 1);
-
-        reconfig_data_format(cb_gate, cb_up);
-        pack_reconfig_data_format(cb_gu);
-        tile_regs_acquire();
-        mul_tiles_init(cb_gate, cb_up);
-        mul_tiles(cb_gate, cb_up, 0, 0, 0);
-        tile_regs_commit();
-        cb_reserve_back(cb_gu, 1);
-        tile_regs_wait();
-        pack_tile(0, cb_gu);
-        tile_regs_release();
-        cb_push_back(cb_gu, 1);
-        cb_pop_front(cb_gate, 1);
-        cb_pop_front(cb_up, 1);
-
-        cb_wait_front(cb_sig, 1);
-        cb_wait_front(cb_gu, 1);
-        reconfig_data_format(cb_sig, cb_gu);
-        pack_reconfig_data_format(cb_out);
-        tile_regs_acquire();
-        mul_tiles_init(cb_sig, cb_gu);
-        mul_tiles(cb_sig, cb_gu, 0, 0, 0);
-        tile_regs_commit();
-        cb_reserve_back(cb_out, 1);
-        tile_regs_wait();
-        pack_tile(0, cb_out);
-        tile_regs_release();
-        cb_push_back(cb_out, 1);
-        cb_pop_front(cb_sig, 1);
-        cb_pop_front(cb_gu, 1);
-    }
-}
-}  // namespace NAMESPACE
-"""
-
-
 def glu_tiles(t: int, half: int, inner: int, split: bool) -> tuple[int, int]:
     """(gate tile, up tile) of output tile ``t``: the same tile of two tensors, or the two halves of one."""
     if not split:
@@ -384,193 +180,6 @@ def glu_compute(c: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- rotary
-ROTARY_READER_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// For output tiles [start, start + count) of a (..., Ht * 32, Wt * 32) tensor: its x tile into CB 0, the cos and
-// sin tiles of its (row, column) into CB 2 / CB 3 (of its matrix when cos / sin have one per matrix, else of the
-// single one). Matmul form (SWAP_HALVES undefined): once, the +-1 rotation tile into CB 4, built here in L1.
-// Swap form: also the x tile of the other half into CB 1 (and, for the backward, sin of the other half).
-void kernel_main() {
-    const uint32_t x_addr = get_arg_val<uint32_t>(0);
-    const uint32_t cos_addr = get_arg_val<uint32_t>(1);
-    const uint32_t sin_addr = get_arg_val<uint32_t>(2);
-    const uint32_t start = get_arg_val<uint32_t>(3);
-    const uint32_t count = get_arg_val<uint32_t>(4);
-    const uint32_t Ht = get_arg_val<uint32_t>(5);
-    const uint32_t Wt = get_arg_val<uint32_t>(6);
-    const uint32_t cos_per_matrix = get_arg_val<uint32_t>(7);
-    const uint32_t half = get_arg_val<uint32_t>(8);       // matmul form: head_dim / 2 of the half form, 0: pairs
-    const uint32_t transpose = get_arg_val<uint32_t>(9);  // 1 for the backward: the transposed rotation
-    const uint32_t head_dim = get_arg_val<uint32_t>(10);
-    constexpr bool x_is_dram = get_compile_time_arg_val(0) == 1;
-    constexpr bool cos_is_dram = get_compile_time_arg_val(1) == 1;
-    constexpr bool sin_is_dram = get_compile_time_arg_val(2) == 1;
-    constexpr uint32_t cb_x = tt::CBIndex::c_0, cb_xs = tt::CBIndex::c_1, cb_cos = tt::CBIndex::c_2;
-    constexpr uint32_t cb_sin = tt::CBIndex::c_3, cb_rot = tt::CBIndex::c_4;
-
-    const InterleavedAddrGenFast<x_is_dram> x = {
-        .bank_base_address = x_addr, .page_size = get_tile_size(cb_x), .data_format = get_dataformat(cb_x)};
-    const InterleavedAddrGenFast<cos_is_dram> cs = {
-        .bank_base_address = cos_addr, .page_size = get_tile_size(cb_cos), .data_format = get_dataformat(cb_cos)};
-    const InterleavedAddrGenFast<sin_is_dram> sn = {
-        .bank_base_address = sin_addr, .page_size = get_tile_size(cb_sin), .data_format = get_dataformat(cb_sin)};
-
-#ifndef SWAP_HALVES
-    // r = x @ R: r[j] = -x[j + half] (j < half), x[j - half] (half <= j < head_dim); pairs: r[2k] = -x[2k + 1],
-    // r[2k + 1] = x[2k]. Entry (i, j) of R goes to face (i / 16) * 2 + j / 16; the backward writes R's transpose.
-    cb_reserve_back(cb_rot, 1);
-    volatile tt_l1_ptr uint16_t* rot = reinterpret_cast<volatile tt_l1_ptr uint16_t*>(get_write_ptr(cb_rot));
-    for (uint32_t e = 0; e < 1024; ++e) {
-        rot[e] = 0;
-    }
-    for (uint32_t j = 0; j < 32; ++j) {
-        uint32_t i;
-        uint16_t v;
-        if (half == 0) {
-            i = j ^ 1;
-            v = (j & 1) ? 0x3F80 : 0xBF80;
-        } else {
-            if (j >= head_dim) continue;
-            i = j < half ? j + half : j - half;
-            v = j < half ? 0xBF80 : 0x3F80;
-        }
-        const uint32_t r = transpose ? j : i, c = transpose ? i : j;
-        rot[((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15)] = v;
-    }
-    cb_push_back(cb_rot, 1);
-#endif
-
-    const uint32_t half_wt = Wt / 2;
-    for (uint32_t t = start; t < start + count; ++t) {
-        const uint32_t col = t % Wt, row = t / Wt;
-        const uint32_t cs_row = cos_per_matrix ? row : row % Ht;
-        cb_reserve_back(cb_x, 1);
-        cb_reserve_back(cb_cos, 1);
-        cb_reserve_back(cb_sin, 1);
-        noc_async_read_tile(t, x, get_write_ptr(cb_x));
-        noc_async_read_tile(cs_row * Wt + col, cs, get_write_ptr(cb_cos));
-#ifdef SWAP_HALVES
-        const uint32_t other = col < half_wt ? col + half_wt : col - half_wt;
-        cb_reserve_back(cb_xs, 1);
-        noc_async_read_tile(row * Wt + other, x, get_write_ptr(cb_xs));
-        noc_async_read_tile(cs_row * Wt + (transpose ? other : col), sn, get_write_ptr(cb_sin));
-#else
-        noc_async_read_tile(cs_row * Wt + col, sn, get_write_ptr(cb_sin));
-#endif
-        noc_async_read_barrier();
-        cb_push_back(cb_x, 1);
-#ifdef SWAP_HALVES
-        cb_push_back(cb_xs, 1);
-#endif
-        cb_push_back(cb_cos, 1);
-        cb_push_back(cb_sin, 1);
-    }
-}
-"""
-
-ROTARY_COMPUTE_CPP = r"""
-#include <cstdint>
-#include "compute_kernel_api/eltwise_binary.h"
-#include "compute_kernel_api/matmul.h"
-
-// Matmul form: forward q = (x @ R) * sin, backward q = (x * sin) @ R^T; out = x * cos + q. Swap form (SWAP_HALVES):
-// q = x_other * sin, out = x * cos - q in the first half of the forward (the second half of the backward), + q in
-// the other. Every product goes through an intermediate CB (24-26: fp32 with fp32_dest_acc_en, else bf16).
-namespace NAMESPACE {
-
-ALWI void pack_to(uint32_t cb) {
-    tile_regs_commit();
-    cb_reserve_back(cb, 1);
-    tile_regs_wait();
-    pack_tile(0, cb);
-    tile_regs_release();
-    cb_push_back(cb, 1);
-}
-
-ALWI void multiply(uint32_t a, uint32_t b, uint32_t out) {
-    reconfig_data_format(a, b);
-    pack_reconfig_data_format(out);
-    tile_regs_acquire();
-    mul_tiles_init(a, b);
-    mul_tiles(a, b, 0, 0, 0);
-    pack_to(out);
-}
-
-ALWI void rotate(uint32_t a, uint32_t out) {
-    reconfig_data_format(tt::CBIndex::c_4, a);
-    pack_reconfig_data_format(out);
-    tile_regs_acquire();
-    mm_init_short(a, tt::CBIndex::c_4);
-    matmul_tiles(a, tt::CBIndex::c_4, 0, 0, 0);
-    pack_to(out);
-}
-
-void MAIN {
-    const uint32_t start = get_arg_val<uint32_t>(0);
-    const uint32_t count = get_arg_val<uint32_t>(1);
-    const uint32_t Wt = get_arg_val<uint32_t>(2);
-    const uint32_t backward = get_arg_val<uint32_t>(3);
-    constexpr auto cb_x = tt::CBIndex::c_0, cb_xs = tt::CBIndex::c_1, cb_cos = tt::CBIndex::c_2;
-    constexpr auto cb_sin = tt::CBIndex::c_3, cb_rot = tt::CBIndex::c_4, cb_out = tt::CBIndex::c_16;
-    constexpr auto cb_r = tt::CBIndex::c_24, cb_p = tt::CBIndex::c_25, cb_q = tt::CBIndex::c_26;
-
-    binary_op_init_common(cb_x, cb_cos, cb_out);
-#ifndef SWAP_HALVES
-    cb_wait_front(cb_rot, 1);
-#endif
-    for (uint32_t t = start; t < start + count; ++t) {
-        cb_wait_front(cb_x, 1);
-        cb_wait_front(cb_cos, 1);
-        cb_wait_front(cb_sin, 1);
-        bool subtract = false;
-#ifdef SWAP_HALVES
-        cb_wait_front(cb_xs, 1);
-        multiply(cb_xs, cb_sin, cb_q);
-        cb_pop_front(cb_xs, 1);
-        subtract = ((t % Wt) < Wt / 2) != (backward != 0);
-#else
-        if (backward) {
-            multiply(cb_x, cb_sin, cb_r);
-            cb_wait_front(cb_r, 1);
-            rotate(cb_r, cb_q);
-        } else {
-            rotate(cb_x, cb_r);
-            cb_wait_front(cb_r, 1);
-            multiply(cb_r, cb_sin, cb_q);
-        }
-        cb_pop_front(cb_r, 1);
-#endif
-        multiply(cb_x, cb_cos, cb_p);
-        cb_pop_front(cb_x, 1);
-        cb_pop_front(cb_cos, 1);
-        cb_pop_front(cb_sin, 1);
-
-        cb_wait_front(cb_p, 1);
-        cb_wait_front(cb_q, 1);
-        reconfig_data_format(cb_p, cb_q);
-        pack_reconfig_data_format(cb_out);
-        tile_regs_acquire();
-        if (subtract) {
-            sub_tiles_init(cb_p, cb_q);
-            sub_tiles(cb_p, cb_q, 0, 0, 0);
-        } else {
-            add_tiles_init(cb_p, cb_q);
-            add_tiles(cb_p, cb_q, 0, 0, 0);
-        }
-        pack_to(cb_out);
-        cb_pop_front(cb_p, 1);
-        cb_pop_front(cb_q, 1);
-    }
-#ifndef SWAP_HALVES
-    cb_pop_front(cb_rot, 1);
-#endif
-}
-}  // namespace NAMESPACE
-"""
-
-
 def rotation_matrix(head_dim: int, interleaved: bool, transpose: bool = False) -> np.ndarray:
     """The 32 x 32 +-1 tile R with ``rot(x) = x @ R`` for rows ``x`` of one tile (head_dim <= 32 for the half form;
     the interleaved form pairs adjacent columns of every tile), or its transpose."""
@@ -686,8 +295,9 @@ def rotary_form(head_dim: int, interleaved: bool) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------- building
-def _is_dram(b: Buffer) -> int:
-    return 1 if b.kind is MemoryKind.DRAM else 0
+def _accessors(*tensors: DeviceTensor) -> list[int]:
+    """The compile-time args of the kernel's TensorAccessorArgs, one set per tensor in order."""
+    return [a for t in tensors for a in tensor_accessor_args(t.buffer.page_size, t.buffer.kind)]
 
 
 def worker_cores(units: int, card: CardSpec = P150A, max_cores: int | None = None) -> CoreRangeSet:
@@ -701,7 +311,7 @@ def worker_cores(units: int, card: CardSpec = P150A, max_cores: int | None = Non
     return CoreRangeSet.of(ranges)
 
 
-def _compute(source: str, sim: Callable[[Any], None], cores: CoreRangeSet, num: Numerics, fp32: bool,
+def _compute(source: Path, sim: Callable[[Any], None], cores: CoreRangeSet, num: Numerics, fp32: bool,
              approx: bool = False, defines: Mapping[str, str] | None = None) -> Kernel:  # fmt: skip
     fid = num.fidelity if num.fidelity is not None else Fidelity.HiFi4
     return Kernel("compute", source, cores, sim, math_fidelity=fid.name, fp32_dest_acc_en=fp32,
@@ -733,6 +343,7 @@ def bias_gelu_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor],
     tiles = out.buffer.num_pages
     wt = padded_shape(x.shape)[-1] // TILE
     cores = worker_cores(tiles, max_cores=max_cores)
+    tanh = attrs["approximate"] == "tanh"
 
     def args(bufs: Sequence[Buffer], rt: Mapping[str, Any]) -> dict[str, Any]:
         split = split_work(tiles, cores)
@@ -742,10 +353,11 @@ def bias_gelu_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor],
 
     return Program(
         "ktt_bias_gelu",
-        [Kernel("reader", BIAS_GELU_READER_CPP, cores, bias_gelu_reader,
-                compile_time_args=[_is_dram(x.buffer), _is_dram(bias.buffer)]),
-         _compute(BIAS_GELU_COMPUTE_CPP, bias_gelu_compute, cores, num, fp32, attrs["approximate"] == "tanh"),
-         Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=[_is_dram(out.buffer)])],
+        [Kernel("reader", BIAS_GELU / "reader.cpp", cores, bias_gelu_reader,
+                compile_time_args=_accessors(x, bias)),
+         _compute(BIAS_GELU / "compute.cpp", bias_gelu_compute, cores, num, fp32, tanh,
+                  defines={"GELU_TANH": "1"} if tanh else None),
+         Kernel("writer", TILE_WRITER, cores, writer, compile_time_args=_accessors(out))],
         _cbs(cores, {CB_A: _fmt(x), CB_B: Format.BFLOAT16, CB_OUT: _fmt(out)}),
         runtime_args=args, tensors=("x", "bias", "out"),
         work=_work(tiles, ins, outs, 1, fpu=1, sfpu=2),
@@ -765,7 +377,8 @@ def split_geometry(shape: Sequence[int], dim: int) -> tuple[int, int]:
         if half % TILE:
             raise KohakuTTUnsupportedOperator(
                 f"swiglu's own program splits whole tiles: dim {dim} of {tuple(shape)} splits into halves of {half}, "
-                "not a multiple of 32; the simulator's model (kernels.run) computes this split")
+                "not a multiple of 32; the simulator's model (kernels.run) computes this split"
+            )
         return half // TILE, (wt if d == nd - 2 else 1)
     return half, math.prod(shape[d + 1 : nd - 2]) * ht * wt
 
@@ -788,13 +401,12 @@ def glu_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], attrs
                 "compute": {c: [n] for c, s, n in sp},
                 "writer": {c: [bufs[-1].address, s, n] for c, s, n in sp}}  # fmt: skip
 
-    dram = [_is_dram(t.buffer) for t in ins]
     return Program(
         "ktt_swiglu" if split else "ktt_silu_mul",
-        [Kernel("reader", GLU_READER_CPP, cores, glu_reader, compile_time_args=[dram[0], dram[-1]],
+        [Kernel("reader", GLU / "reader.cpp", cores, glu_reader, compile_time_args=_accessors(ins[0], ins[-1]),
                 defines={"SPLIT": "1"} if split else {}),
-         _compute(GLU_COMPUTE_CPP, glu_compute, cores, num, fp32),
-         Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=[_is_dram(out.buffer)])],
+         _compute(GLU / "compute.cpp", glu_compute, cores, num, fp32),
+         Kernel("writer", TILE_WRITER, cores, writer, compile_time_args=_accessors(out))],
         _cbs(cores, {CB_A: _fmt(ins[0]), CB_B: _fmt(ins[-1]), CB_IM0: im, CB_IM1: im, CB_OUT: _fmt(out)}),
         runtime_args=args, tensors=("x", "out") if split else ("gate", "up", "out"),
         work=_work(tiles, ins, outs, 2 if split else 1, fpu=3, sfpu=1),
@@ -813,7 +425,8 @@ def rotary_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], at
     if form is None:
         raise KohakuTTUnsupportedOperator(
             f"the own rotary program takes a head_dim up to 32 or a multiple of 64 for the half form, got {head_dim}; "
-            "the simulator's model (kernels.run) computes other widths")
+            "the simulator's model (kernels.run) computes other widths"
+        )
     p = padded_shape(shape)
     ht, wt = p[-2] // TILE, p[-1] // TILE
     matrices = math.prod(p[:-2])
@@ -828,7 +441,8 @@ def rotary_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], at
             if math.prod(padded_shape(c.shape)[:-2]) != 1:
                 raise KohakuTTUnsupportedOperator(
                     f"the own rotary program takes {n} with one (seq, head_dim) matrix or one per matrix of x; got "
-                    f"{c.shape} for x {shape}: expand it first, or use kernels.run")
+                    f"{c.shape} for x {shape}: expand it first, or use kernels.run"
+                )
 
     def args(bufs: Sequence[Buffer], rt: Mapping[str, Any]) -> dict[str, Any]:
         sp = split_work(tiles, cores)
@@ -845,12 +459,12 @@ def rotary_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], at
     cbs = _cbs(cores, cb_formats)
     if not swap:
         cbs.append(CircularBuffer(CB_ROT, Format.BFLOAT16, Format.BFLOAT16.tile_bytes, 1, cores))
-    dram = [_is_dram(t.buffer) for t in ins]
     return Program(
         "ktt_rotary_embedding" + ("_backward" if backward else ""),
-        [Kernel("reader", ROTARY_READER_CPP, cores, rotary_reader, compile_time_args=dram, defines=defines),
-         _compute(ROTARY_COMPUTE_CPP, rotary_compute, cores, num, fp32, defines=defines),
-         Kernel("writer", WRITER_CPP, cores, writer, compile_time_args=[_is_dram(out.buffer)])],
+        [Kernel("reader", ROTARY / "reader.cpp", cores, rotary_reader, compile_time_args=_accessors(*ins),
+                defines=defines),
+         _compute(ROTARY / "compute.cpp", rotary_compute, cores, num, fp32, defines=defines),
+         Kernel("writer", TILE_WRITER, cores, writer, compile_time_args=_accessors(out))],
         cbs, runtime_args=args, tensors=("x", "cos", "sin", "out"),
         work=_work(tiles, ins, outs, 4 / 3 if swap else 1, fpu=3, sfpu=0, matmul=0 if swap else 1),
     )  # fmt: skip
@@ -889,7 +503,8 @@ def build(op: str, ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], at
         if t.dtype is DType.FLOAT32 or not t.dtype.is_float:
             raise KohakuTTUnsupportedOperator(
                 f"{op}'s own program takes bfloat16 or block-float tensors, got {t.dtype.value}: float32 operands run "
-                "TT-NN's SFPU path (kernels.run picks it), the FPU would truncate them to TF32")
+                "TT-NN's SFPU path (kernels.run picks it), the FPU would truncate them to TF32"
+            )
     small = {"bias_gelu": ins[1:], "rotary_embedding": ins[1:], "rotary_embedding_backward": ins[1:]}.get(op, ())
     for t in small:
         if t.dtype is not DType.BFLOAT16:

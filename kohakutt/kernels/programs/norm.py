@@ -32,9 +32,20 @@ import numpy as np
 import torch
 
 from kohakutt.hal import formats
+from kohakutt.hal.card import P150A
 from kohakutt.hal.layout import TILE, Format
-from kohakutt.hal.program import CircularBuffer, CoreRange, Kernel, MathFidelity, Program, Work, split_work
+from kohakutt.hal.program import (
+    CircularBuffer,
+    CoreRange,
+    Kernel,
+    MathFidelity,
+    Program,
+    Work,
+    split_work,
+    tensor_accessor_args,
+)
 from kohakutt.ir.numerics import Fidelity
+from kohakutt.kernels.programs import SOURCE_DIR
 
 # Circular buffers (tt::CBIndex values).
 CB_X, CB_RES, CB_ONES, CB_GAMMA, CB_BETA = 0, 1, 2, 3, 4
@@ -42,386 +53,7 @@ CB_Y, CB_S_OUT, CB_MEAN_OUT, CB_RSTD_OUT = 16, 17, 18, 19
 CB_S, CB_MEAN, CB_SQ, CB_RSTD, CB_D, CB_T1, CB_T2 = 24, 25, 26, 27, 28, 29, 30
 
 # --------------------------------------------------------------------------------------------------- C++ sources
-READER_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-// Per tile row: the row's Wt tiles of x (and of the residual) into CB 0 (1); then, when there are affine
-// parameters, tile wt of gamma / beta with row 0 copied down the tile. Two ones tiles for the row sums first:
-// all ones, and ones whose rows past the last tile's valid width are zero.
-inline void fill_ones(uint32_t l1, uint32_t valid_rows) {
-    volatile tt_l1_ptr uint16_t* p = reinterpret_cast<volatile tt_l1_ptr uint16_t*>(l1);
-    for (uint32_t face = 0; face < 4; ++face) {
-        for (uint32_t r = 0; r < 16; ++r) {
-            const uint32_t row = r + (face >= 2 ? 16 : 0);
-            for (uint32_t c = 0; c < 16; ++c) {
-                p[face * 256 + r * 16 + c] = row < valid_rows ? 0x3F80 : 0;  // bfloat16 1.0
-            }
-        }
-    }
-}
-
-template <typename T>
-inline void broadcast_row0(uint32_t l1) {
-    volatile tt_l1_ptr T* p = reinterpret_cast<volatile tt_l1_ptr T*>(l1);
-    for (uint32_t face = 0; face < 4; ++face) {
-        const uint32_t src = (face & 1) * 256;  // row 0 of face 0 (columns 0-15) or face 1 (16-31)
-        for (uint32_t r = (face < 2 ? 1 : 0); r < 16; ++r) {
-            for (uint32_t c = 0; c < 16; ++c) {
-                p[face * 256 + r * 16 + c] = p[src + c];
-            }
-        }
-    }
-}
-
-inline void read_param(uint32_t cb, uint32_t tile, const InterleavedAddrGenFast<true>& src) {
-    cb_reserve_back(cb, 1);
-    const uint32_t l1 = get_write_ptr(cb);
-    noc_async_read_tile(tile, src, l1);
-    noc_async_read_barrier();
-    if (get_tile_size(cb) == 4096) {
-        broadcast_row0<uint32_t>(l1);
-    } else {
-        broadcast_row0<uint16_t>(l1);
-    }
-    cb_push_back(cb, 1);
-}
-
-void kernel_main() {
-    const uint32_t x_addr = get_arg_val<uint32_t>(0);
-    const uint32_t res_addr = get_arg_val<uint32_t>(1);
-    const uint32_t gamma_addr = get_arg_val<uint32_t>(2);
-    const uint32_t beta_addr = get_arg_val<uint32_t>(3);
-    const uint32_t row_start = get_arg_val<uint32_t>(4);
-    const uint32_t rows = get_arg_val<uint32_t>(5);
-    constexpr uint32_t Wt = get_compile_time_arg_val(0);
-    constexpr uint32_t w_last = get_compile_time_arg_val(1);  // valid columns of the last tile, 0 = all 32
-
-    const InterleavedAddrGenFast<true> x = {
-        .bank_base_address = x_addr, .page_size = get_tile_size(tt::CBIndex::c_0),
-        .data_format = get_dataformat(tt::CBIndex::c_0)};
-#ifdef FUSE_PRE_ADD
-    const InterleavedAddrGenFast<true> res = {
-        .bank_base_address = res_addr, .page_size = get_tile_size(tt::CBIndex::c_1),
-        .data_format = get_dataformat(tt::CBIndex::c_1)};
-#endif
-#ifdef FUSE_GAMMA
-    const InterleavedAddrGenFast<true> gamma = {
-        .bank_base_address = gamma_addr, .page_size = get_tile_size(tt::CBIndex::c_3),
-        .data_format = get_dataformat(tt::CBIndex::c_3)};
-#endif
-#ifdef FUSE_BETA
-    const InterleavedAddrGenFast<true> beta = {
-        .bank_base_address = beta_addr, .page_size = get_tile_size(tt::CBIndex::c_4),
-        .data_format = get_dataformat(tt::CBIndex::c_4)};
-#endif
-
-    cb_reserve_back(tt::CBIndex::c_2, 2);
-    fill_ones(get_write_ptr(tt::CBIndex::c_2), 32);
-    fill_ones(get_write_ptr(tt::CBIndex::c_2) + 2048, w_last == 0 ? 32 : w_last);
-    cb_push_back(tt::CBIndex::c_2, 2);
-
-    for (uint32_t row = row_start; row < row_start + rows; ++row) {
-        for (uint32_t wt = 0; wt < Wt; ++wt) {
-            cb_reserve_back(tt::CBIndex::c_0, 1);
-            noc_async_read_tile(row * Wt + wt, x, get_write_ptr(tt::CBIndex::c_0));
-#ifdef FUSE_PRE_ADD
-            cb_reserve_back(tt::CBIndex::c_1, 1);
-            noc_async_read_tile(row * Wt + wt, res, get_write_ptr(tt::CBIndex::c_1));
-#endif
-            noc_async_read_barrier();
-            cb_push_back(tt::CBIndex::c_0, 1);
-#ifdef FUSE_PRE_ADD
-            cb_push_back(tt::CBIndex::c_1, 1);
-#endif
-        }
-        for (uint32_t wt = 0; wt < Wt; ++wt) {
-#ifdef FUSE_GAMMA
-            read_param(tt::CBIndex::c_3, wt, gamma);
-#endif
-#ifdef FUSE_BETA
-            read_param(tt::CBIndex::c_4, wt, beta);
-#endif
-        }
-    }
-}
-"""
-
-COMPUTE_CPP = r"""
-#include <cstdint>
-#include "compute_kernel_api/eltwise_binary.h"
-#include "compute_kernel_api/matmul.h"
-#include "compute_kernel_api/tile_move_copy.h"
-#include "compute_kernel_api/eltwise_unary/eltwise_unary.h"
-#include "compute_kernel_api/eltwise_unary/binop_with_scalar.h"
-#include "compute_kernel_api/eltwise_unary/rsqrt.h"
-#include "compute_kernel_api/eltwise_unary/square.h"
-
-// Layer norm / RMS norm of whole tile rows with fp32 statistics (see kohakutt/kernels/programs/norm.py).
-namespace NAMESPACE {
-
-constexpr auto cb_x = tt::CBIndex::c_0;
-constexpr auto cb_res = tt::CBIndex::c_1;
-constexpr auto cb_ones = tt::CBIndex::c_2;
-constexpr auto cb_gamma = tt::CBIndex::c_3;
-constexpr auto cb_beta = tt::CBIndex::c_4;
-constexpr auto cb_y = tt::CBIndex::c_16;
-constexpr auto cb_s_out = tt::CBIndex::c_17;
-constexpr auto cb_mean_out = tt::CBIndex::c_18;
-constexpr auto cb_rstd_out = tt::CBIndex::c_19;
-constexpr auto cb_mean = tt::CBIndex::c_25;
-constexpr auto cb_sq = tt::CBIndex::c_26;
-constexpr auto cb_rstd = tt::CBIndex::c_27;
-constexpr auto cb_d = tt::CBIndex::c_28;
-constexpr auto cb_t1 = tt::CBIndex::c_29;
-constexpr auto cb_t2 = tt::CBIndex::c_30;
-#ifdef FUSE_PRE_ADD
-constexpr auto cb_s = tt::CBIndex::c_24;
-#else
-constexpr auto cb_s = tt::CBIndex::c_0;
-#endif
-
-// DST[0] = sum over the row's tiles of cb @ ones: each column holds the row sum (padding masked by the ones).
-inline void row_sum(uint32_t cb, uint32_t Wt, uint32_t w_last) {
-    mm_init_short(cb, cb_ones);
-    for (uint32_t wt = 0; wt < Wt; ++wt) {
-        matmul_tiles(cb, cb_ones, wt, (wt == Wt - 1 && w_last != 0) ? 1 : 0, 0);
-    }
-}
-
-inline void pack_to(uint32_t cb) {
-    cb_reserve_back(cb, 1);
-    pack_tile(0, cb);
-    cb_push_back(cb, 1);
-}
-
-void MAIN {
-    const uint32_t rows = get_arg_val<uint32_t>(0);
-    constexpr uint32_t Wt = get_compile_time_arg_val(0);
-    constexpr uint32_t w_last = get_compile_time_arg_val(1);
-    constexpr uint32_t inv_w = get_compile_time_arg_val(2);  // fp32 bits of 1/W
-    constexpr uint32_t eps = get_compile_time_arg_val(3);    // fp32 bits
-
-    compute_kernel_hw_startup(cb_s, cb_ones, cb_y);
-    cb_wait_front(cb_ones, 2);
-    for (uint32_t r = 0; r < rows; ++r) {
-#ifdef FUSE_PRE_ADD
-        for (uint32_t wt = 0; wt < Wt; ++wt) {  // s = x + residual, kept as stored in the output dtype
-            cb_wait_front(cb_x, 1);
-            cb_wait_front(cb_res, 1);
-            tile_regs_acquire();
-            add_tiles_init(cb_x, cb_res);
-            add_tiles(cb_x, cb_res, 0, 0, 0);
-            tile_regs_commit();
-            cb_pop_front(cb_x, 1);
-            cb_pop_front(cb_res, 1);
-            cb_reserve_back(cb_s, 1);
-            cb_reserve_back(cb_s_out, 1);
-            tile_regs_wait();
-            pack_tile(0, cb_s);
-            pack_tile(0, cb_s_out);
-            tile_regs_release();
-            cb_push_back(cb_s, 1);
-            cb_push_back(cb_s_out, 1);
-        }
-#endif
-        cb_wait_front(cb_s, Wt);
-#ifndef RMSNORM
-        tile_regs_acquire();  // pass 1: mean
-        row_sum(cb_s, Wt, w_last);
-        binop_with_scalar_tile_init();
-        mul_unary_tile(0, inv_w);
-        tile_regs_commit();
-        cb_reserve_back(cb_mean, 1);
-#ifdef WRITE_STATS
-        cb_reserve_back(cb_mean_out, 1);
-#endif
-        tile_regs_wait();
-        pack_tile(0, cb_mean);
-#ifdef WRITE_STATS
-        pack_tile(0, cb_mean_out);
-#endif
-        tile_regs_release();
-        cb_push_back(cb_mean, 1);
-#ifdef WRITE_STATS
-        cb_push_back(cb_mean_out, 1);
-#endif
-        cb_wait_front(cb_mean, 1);
-#endif
-        for (uint32_t wt = 0; wt < Wt; ++wt) {  // pass 2: squares of s - mean (of s for RMS norm)
-            tile_regs_acquire();
-#ifdef RMSNORM
-            copy_tile_init(cb_s);
-            copy_tile(cb_s, wt, 0);
-#else
-            sub_tiles_init(cb_s, cb_mean);
-            sub_tiles(cb_s, cb_mean, wt, 0, 0);
-#endif
-            square_tile_init();
-            square_tile(0);
-            tile_regs_commit();
-            cb_reserve_back(cb_sq, 1);
-            tile_regs_wait();
-            pack_tile(0, cb_sq);
-            tile_regs_release();
-            cb_push_back(cb_sq, 1);
-        }
-        cb_wait_front(cb_sq, Wt);
-        tile_regs_acquire();
-        row_sum(cb_sq, Wt, w_last);
-        binop_with_scalar_tile_init();
-        mul_unary_tile(0, inv_w);
-        add_unary_tile(0, eps);
-        rsqrt_tile_init();
-        rsqrt_tile(0);
-        tile_regs_commit();
-        cb_pop_front(cb_sq, Wt);
-        cb_reserve_back(cb_rstd, 1);
-#ifdef WRITE_STATS
-        cb_reserve_back(cb_rstd_out, 1);
-#endif
-        tile_regs_wait();
-        pack_tile(0, cb_rstd);
-#ifdef WRITE_STATS
-        pack_tile(0, cb_rstd_out);
-#endif
-        tile_regs_release();
-        cb_push_back(cb_rstd, 1);
-#ifdef WRITE_STATS
-        cb_push_back(cb_rstd_out, 1);
-#endif
-        cb_wait_front(cb_rstd, 1);
-        for (uint32_t wt = 0; wt < Wt; ++wt) {  // pass 3: normalize, scale, shift
-#ifdef RMSNORM
-            const uint32_t src = cb_s, idx = wt;
-#else
-            tile_regs_acquire();
-            sub_tiles_init(cb_s, cb_mean);
-            sub_tiles(cb_s, cb_mean, wt, 0, 0);
-            tile_regs_commit();
-            cb_reserve_back(cb_d, 1);
-            tile_regs_wait();
-            pack_tile(0, cb_d);
-            tile_regs_release();
-            cb_push_back(cb_d, 1);
-            cb_wait_front(cb_d, 1);
-            const uint32_t src = cb_d, idx = 0;
-#endif
-#if defined(FUSE_GAMMA) || defined(FUSE_BETA)
-            constexpr uint32_t normed = cb_t1;
-#else
-            constexpr uint32_t normed = cb_y;
-#endif
-            tile_regs_acquire();
-            mul_tiles_init(src, cb_rstd);
-            mul_tiles(src, cb_rstd, idx, 0, 0);
-            tile_regs_commit();
-#ifndef RMSNORM
-            cb_pop_front(cb_d, 1);
-#endif
-            tile_regs_wait();
-            pack_to(normed);
-            tile_regs_release();
-#ifdef FUSE_GAMMA
-#ifdef FUSE_BETA
-            constexpr uint32_t scaled = cb_t2;
-#else
-            constexpr uint32_t scaled = cb_y;
-#endif
-            cb_wait_front(cb_t1, 1);
-            cb_wait_front(cb_gamma, 1);
-            tile_regs_acquire();
-            mul_tiles_init(cb_t1, cb_gamma);
-            mul_tiles(cb_t1, cb_gamma, 0, 0, 0);
-            tile_regs_commit();
-            cb_pop_front(cb_t1, 1);
-            cb_pop_front(cb_gamma, 1);
-            tile_regs_wait();
-            pack_to(scaled);
-            tile_regs_release();
-#endif
-#ifdef FUSE_BETA
-#ifdef FUSE_GAMMA
-            constexpr uint32_t shifted = cb_t2;
-#else
-            constexpr uint32_t shifted = cb_t1;
-#endif
-            cb_wait_front(shifted, 1);
-            cb_wait_front(cb_beta, 1);
-            tile_regs_acquire();
-            add_tiles_init(shifted, cb_beta);
-            add_tiles(shifted, cb_beta, 0, 0, 0);
-            tile_regs_commit();
-            cb_pop_front(shifted, 1);
-            cb_pop_front(cb_beta, 1);
-            tile_regs_wait();
-            pack_to(cb_y);
-            tile_regs_release();
-#endif
-        }
-        cb_pop_front(cb_s, Wt);
-#ifndef RMSNORM
-        cb_pop_front(cb_mean, 1);
-#endif
-        cb_pop_front(cb_rstd, 1);
-    }
-    cb_pop_front(cb_ones, 2);
-}
-}  // namespace NAMESPACE
-"""
-
-WRITER_CPP = r"""
-#include <cstdint>
-#include "dataflow_api.h"
-
-inline void drain(uint32_t cb, uint32_t tile, const InterleavedAddrGenFast<true>& dst) {
-    cb_wait_front(cb, 1);
-    noc_async_write_tile(tile, dst, get_read_ptr(cb));
-    noc_async_writes_flushed();
-    cb_pop_front(cb, 1);
-}
-
-// Per tile row, in the order compute produces them: the sum s (fused), the mean and rstd tiles (one per tile row,
-// column 0 holds the statistic), then the row's Wt output tiles.
-void kernel_main() {
-    const uint32_t y_addr = get_arg_val<uint32_t>(0);
-    const uint32_t s_addr = get_arg_val<uint32_t>(1);
-    const uint32_t mean_addr = get_arg_val<uint32_t>(2);
-    const uint32_t rstd_addr = get_arg_val<uint32_t>(3);
-    const uint32_t row_start = get_arg_val<uint32_t>(4);
-    const uint32_t rows = get_arg_val<uint32_t>(5);
-    constexpr uint32_t Wt = get_compile_time_arg_val(0);
-
-    const InterleavedAddrGenFast<true> y = {
-        .bank_base_address = y_addr, .page_size = get_tile_size(tt::CBIndex::c_16),
-        .data_format = get_dataformat(tt::CBIndex::c_16)};
-    const InterleavedAddrGenFast<true> s = {
-        .bank_base_address = s_addr, .page_size = get_tile_size(tt::CBIndex::c_17),
-        .data_format = get_dataformat(tt::CBIndex::c_17)};
-    const InterleavedAddrGenFast<true> mean = {
-        .bank_base_address = mean_addr, .page_size = 4096, .data_format = DataFormat::Float32};
-    const InterleavedAddrGenFast<true> rstd = {
-        .bank_base_address = rstd_addr, .page_size = 4096, .data_format = DataFormat::Float32};
-
-    for (uint32_t row = row_start; row < row_start + rows; ++row) {
-#ifdef FUSE_PRE_ADD
-        for (uint32_t wt = 0; wt < Wt; ++wt) {
-            drain(tt::CBIndex::c_17, row * Wt + wt, s);
-        }
-#endif
-#ifdef WRITE_STATS
-#ifndef RMSNORM
-        drain(tt::CBIndex::c_18, row, mean);
-#endif
-        drain(tt::CBIndex::c_19, row, rstd);
-#endif
-        for (uint32_t wt = 0; wt < Wt; ++wt) {
-            drain(tt::CBIndex::c_16, row * Wt + wt, y);
-        }
-    }
-    noc_async_write_barrier();
-}
-"""
+SOURCES = SOURCE_DIR / "layer_norm"  # reader.cpp, compute.cpp, writer.cpp (RMSNORM defined: RMS norm)
 
 
 # ------------------------------------------------------------------------------------------------- configuration
@@ -474,7 +106,7 @@ def f32_bits(v: float) -> int:
 # ------------------------------------------------------------------------------------------------ simulator twins
 def _reader(k: Any) -> None:
     row_start, rows = k.get_arg_val(4), k.get_arg_val(5)
-    wt_n, w_last = k.get_compile_time_arg_val(0), k.get_compile_time_arg_val(1)
+    wt_n, w_last = k.get_arg_val(6), k.get_arg_val(7)
     d = k.defines
     x = k.tensor_accessor("x")
     res = k.tensor_accessor("residual") if "FUSE_PRE_ADD" in d else None
@@ -536,7 +168,7 @@ def _row_sum(c: Any, cb: int, wt_n: int, w_last: int) -> None:
 
 def _compute(c: Any) -> None:
     rows = c.get_arg_val(0)
-    wt_n, w_last, inv_w, eps = (c.get_compile_time_arg_val(i) for i in range(4))
+    wt_n, w_last, inv_w, eps = (c.get_arg_val(i) for i in range(1, 5))
     d = c.defines
     rms, fused, gamma, beta, stats = (f in d for f in ("RMSNORM", "FUSE_PRE_ADD", "FUSE_GAMMA", "FUSE_BETA",
                                                         "WRITE_STATS"))  # fmt: skip
@@ -643,7 +275,7 @@ def _drain(k: Any, cb: int, tile: int, dst: Any) -> None:
 
 def _writer(k: Any) -> None:
     row_start, rows = k.get_arg_val(4), k.get_arg_val(5)
-    wt_n = k.get_compile_time_arg_val(0)
+    wt_n = k.get_arg_val(6)
     d = k.defines
     y = k.tensor_accessor("y")
     s = k.tensor_accessor("s") if "FUSE_PRE_ADD" in d else None
@@ -670,7 +302,7 @@ def rowwise_program(cfg: NormConfig, rows: int, max_cores: int = 8) -> Program:
     [, bias], then y [, s] [, mean] [, rstd]); weight and bias are (1, W) tile tensors, the statistics (rows, 1)
     float32 tile tensors."""
     ht = max(1, -(-rows // TILE))
-    cores = CoreRange((0, 0), (min(ht, max_cores, 11) - 1, 0))
+    cores = CoreRange((0, 0), (min(ht, max_cores, P150A.grid[0]) - 1, 0))
     wt = cfg.wt
     f32 = Format.FLOAT32
     s_fmt = cfg.out_fmt if cfg.fused else cfg.x_fmt
@@ -696,31 +328,48 @@ def rowwise_program(cfg: NormConfig, rows: int, max_cores: int = 8) -> Program:
         cbs.append(cb(CB_BETA, cfg.beta_fmt, 2))
     names = cfg.tensors
 
+    inv_w, eps = f32_bits(1.0 / max(cfg.width, 1)), f32_bits(cfg.eps)
+
     def args(bufs: Sequence[Any], rt: Any) -> dict:
         addr = {n: b.address for n, b in zip(names, bufs)}
         split = split_work(ht, cores)
         reader = [addr["x"], addr.get("residual", 0), addr.get("weight", 0), addr.get("bias", 0)]
         writer = [addr["y"], addr.get("s", 0), addr.get("mean", 0), addr.get("rstd", 0)]
-        return {"reader": {c: [*reader, s, n] for c, s, n in split}, "compute": {c: [n] for c, s, n in split},
-                "writer": {c: [*writer, s, n] for c, s, n in split}}  # fmt: skip
+        return {"reader": {c: [*reader, s, n, wt, cfg.w_last] for c, s, n in split},
+                "compute": {c: [n, wt, cfg.w_last, inv_w, eps] for c, s, n in split},
+                "writer": {c: [*writer, s, n, wt] for c, s, n in split}}  # fmt: skip
+
+    fmts = {"x": cfg.x_fmt, "residual": cfg.res_fmt, "weight": cfg.gamma_fmt, "bias": cfg.beta_fmt, "y": cfg.out_fmt,
+            "s": cfg.out_fmt, "mean": Format.FLOAT32, "rstd": Format.FLOAT32}  # fmt: skip
+
+    def accessors(which: Sequence[str]) -> list[int]:  # interleaved DRAM tensors, in the order of cfg.tensors
+        return [a for n in names if n in which for a in tensor_accessor_args(fmts[n].tile_bytes)]
 
     tiles = ht * wt
     work = Work(matmul_tiles=(1 if cfg.rms else 2) * tiles,
                 fpu_tiles=tiles * (2 + (0 if cfg.rms else 2) + cfg.fused + cfg.gamma + cfg.beta),
                 sfpu_tiles=tiles + 4 * ht)  # fmt: skip
-    compute_args = [wt, cfg.w_last, f32_bits(1.0 / max(cfg.width, 1)), f32_bits(cfg.eps)]
+    ins, outs = ("x", "residual", "weight", "bias"), ("y", "s", "mean", "rstd")
     return Program(
         "ktt_rms_norm" if cfg.rms else "ktt_layer_norm",
-        [Kernel("reader", READER_CPP, cores, _reader, compile_time_args=[wt, cfg.w_last], defines=cfg.defines),
-         Kernel("compute", COMPUTE_CPP, cores, _compute, compile_time_args=compute_args, defines=cfg.defines,
+        [Kernel("reader", SOURCES / "reader.cpp", cores, _reader, compile_time_args=accessors(ins),
+                defines=cfg.defines),
+         Kernel("compute", SOURCES / "compute.cpp", cores, _compute, defines=cfg.defines,
                 math_fidelity=MathFidelity(cfg.fidelity.name), fp32_dest_acc_en=True),
-         Kernel("writer", WRITER_CPP, cores, _writer, compile_time_args=[wt], defines=cfg.defines)],
+         Kernel("writer", SOURCES / "writer.cpp", cores, _writer, compile_time_args=accessors(outs),
+                defines=cfg.defines)],
         cbs, runtime_args=args, tensors=names, work=work,
     )  # fmt: skip
 
 
-def run_rowwise_program(device: Any, cfg: NormConfig, x: np.ndarray, residual: np.ndarray | None = None,
-                        weight: np.ndarray | None = None, bias: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def run_rowwise_program(
+    device: Any,
+    cfg: NormConfig,
+    x: np.ndarray,
+    residual: np.ndarray | None = None,
+    weight: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
     """Run :func:`rowwise_program` on ``device`` over (R, W) host values (stored as ``cfg``'s formats say); return
     the downloaded outputs by name (statistics as (R,) float32)."""
     rows = x.shape[0]

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+import kohakutt
 from kohakutt.errors import CommandError, DtypeError
 from kohakutt.kernels import registry
 
@@ -416,7 +417,8 @@ def test_sdpa_masks_and_the_fused_entry_point():
         for a, r, n in zip(gt, gd, "qkv"):
             within(a, r, rel(r, 2 * grad_rel), f"sdpa mask {mask.dtype} grad {n}")
     qt = q.to(DEV).requires_grad_(True)
-    y = F.scaled_dot_product_attention(qt, k.to(DEV), v.to(DEV))
+    with kohakutt.numerics(fp32_matmul="high"):  # float32 "highest" attention takes the math path
+        y = F.scaled_dot_product_attention(qt, k.to(DEV), v.to(DEV))
     assert type(y.grad_fn).__name__ == "ScaledDotProductFusedAttentionOverrideableBackward0"
 
 
@@ -576,7 +578,18 @@ def _graph_names(t: torch.Tensor) -> set[str]:
 
 @needs_norm
 def test_transformer_block_uses_the_fused_attention():
-    out = Block().to(DEV)(randn(2, 12, 32, seed=58).to(DEV))
+    """float32 attention takes the fused kernel under "high" / "medium"; under "highest" (PyTorch's default) its
+    math path, float32-accurate (tests/frontends/torch/test_precision.py); bfloat16 always the fused kernel."""
+    x = randn(2, 12, 32, seed=58)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        out = Block().to(DEV)(x.to(DEV))
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert "ScaledDotProductFusedAttentionOverrideableBackward0" in _graph_names(out)
+    assert "ScaledDotProductFusedAttentionOverrideableBackward0" not in _graph_names(Block().to(DEV)(x.to(DEV)))
+    out = Block().to(DEV).bfloat16()(x.to(DEV).bfloat16())
     assert "ScaledDotProductFusedAttentionOverrideableBackward0" in _graph_names(out)
 
 
@@ -631,3 +644,20 @@ def test_transformer_encoder_layer_inference_fast_path(norm_first, activation):
     with torch.no_grad():
         ref = layer.double()(x.double(), src_key_padding_mask=pad)
     within(out, ref, rel(ref, 2**-6), "TransformerEncoderLayer")
+
+
+# ------------------------------------------------------------------------------------------------- channel_shuffle
+@pytest.mark.parametrize("groups", [1, 2, 3, 6])
+def test_channel_shuffle_moves_values_exactly(groups):
+    x = randn(2, 6, 3, 2, seed=40)
+    for dtype in (torch.float32, torch.bfloat16):
+        t = x.to(dtype)
+        assert torch.equal(F.channel_shuffle(t.to(DEV), groups).cpu(), F.channel_shuffle(t, groups))
+        assert torch.equal(torch.nn.ChannelShuffle(groups)(t.to(DEV)).cpu(), F.channel_shuffle(t, groups))
+    xt = x.to(DEV).requires_grad_()
+    F.channel_shuffle(xt, groups).backward(randn(2, 6, 3, 2, seed=41).to(DEV))
+    xc = x.clone().requires_grad_()
+    F.channel_shuffle(xc, groups).backward(randn(2, 6, 3, 2, seed=41))
+    assert torch.equal(xt.grad.cpu(), xc.grad)
+    with pytest.raises(RuntimeError, match="divisible"):
+        F.channel_shuffle(x.to(DEV), 4)

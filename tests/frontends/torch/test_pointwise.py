@@ -35,8 +35,6 @@ SRC_A = 2.0**-9
 TINY = 2.0**-126  # the card flushes subnormal results to zero (exp(-100) included)
 
 
-
-
 def rel(dtype: torch.dtype, roundings: int = 1) -> float:
     return FP32 if dtype == torch.float32 else roundings * BF16
 
@@ -215,3 +213,27 @@ def test_xlog1py():
     ref = torch.special.xlog1py(2.0, y.double())
     got = torch.special.xlog1py(2.0, y.to(DEV)).cpu().double()
     assert torch.allclose(got, ref, rtol=FP32, atol=0, equal_nan=True)
+
+
+ZERO_DIM_FNS = {
+    "erfc": torch.special.erfc, "erfinv": torch.erfinv, "lgamma": torch.lgamma, "digamma": torch.digamma,
+    "gelu": F.gelu, "erf": torch.erf, "exp": torch.exp, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_DIM_FNS))
+def test_zero_dim_inputs_forward_backward(name):
+    """A 0-d tensor through the float64-modelled special functions (erfc, erfinv, lgamma, digamma, gelu's gradient)
+    once failed inside the queued command; forward and gradient now equal the CPU's within fp32 rounding."""
+    fn = ZERO_DIM_FNS[name]
+    x = torch.tensor(0.5, device=DEV, requires_grad=True)
+    ref_x = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    y, ref = fn(x), fn(ref_x)
+    assert y.shape == ()
+    within(y, ref, FP32 * max(1.0, abs(ref.item())), f"{name}(0-d)")
+    if name == "digamma":
+        return  # its gradient is polygamma, which has no tt kernel
+    y.backward()
+    ref.backward()
+    assert x.grad.shape == ()
+    within(x.grad, ref_x.grad, FP32 * max(1.0, abs(ref_x.grad.item())), f"{name}'(0-d)")

@@ -320,3 +320,51 @@ def test_a_generator_of_another_device_is_refused():
     assert torch.equal(x.cpu(), torch.zeros(3))  # untouched
     with pytest.raises(RuntimeError, match="16 bytes"):
         torch.Generator(device="tt").set_state(torch.zeros(3, dtype=torch.uint8))
+
+
+# ---------------------------------------------------------------------------------------------------------- rrelu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rrelu_training_draws_slopes_on_the_card(dtype):
+    """F.rrelu(training=True): each x <= 0 gets a slope from U(lower, upper) (the card's uniform law, KS-checked),
+    kept in the noise tensor (1 for x > 0); the output is x * slope rounded once, the gradient grad * noise; the
+    same seed replays the same slopes."""
+    lo, hi = 0.1, 0.3
+    x = -torch.rand(N, generator=torch.Generator().manual_seed(0)).add(0.5).to(dtype)
+    x[::7] = -x[::7]
+    noise = torch.empty(0, dtype=dtype, device=DEV)
+    xt = x.to(DEV).requires_grad_()
+    y = torch.ops.aten.rrelu_with_noise(xt, noise, lo, hi, True)
+    g = torch.randn(N).to(dtype)
+    y.backward(g.to(DEV))
+    nz, yc = noise.cpu(), y.detach().cpu()
+    neg = x <= 0
+    assert torch.equal(nz[~neg], torch.ones_like(nz[~neg]))
+    slopes = nz[neg].double()
+    assert slopes.min() >= lo and slopes.max() <= hi
+    step = bf16_spacing(hi) / (hi - lo) if dtype == torch.bfloat16 else 0.0
+    assert ks(slopes, lambda s: ((s - lo) / (hi - lo)).clamp(0, 1)) <= KS + step
+    assert torch.equal(yc, (x.double() * nz.double()).to(dtype))  # one rounding of the exact product
+    assert torch.equal(xt.grad.cpu(), (g.double() * nz.double()).to(dtype))
+    torch.manual_seed(1234)
+    again = torch.nn.functional.rrelu(x.to(DEV), lo, hi, training=True).cpu()
+    assert torch.equal(again, yc)
+
+
+def test_rrelu_eval_and_in_place():
+    """Eval: leaky ReLU with slope (lower + upper) / 2 (one fp32 rounding of x * slope), the noise untouched; in place
+    on tt as on the CPU."""
+    x = torch.randn(100, generator=torch.Generator().manual_seed(1))
+    ref = torch.nn.functional.rrelu(x.double())
+    assert torch.allclose(torch.nn.functional.rrelu(x.to(DEV)).cpu().double(), ref, rtol=2.0**-23, atol=0)
+    t = x.to(DEV)
+    torch.nn.functional.rrelu(t, 0.2, 0.4, training=True, inplace=True)
+    assert bool(((t.cpu() == x) | ((t.cpu() / x >= 0.2 - 1e-6) & (t.cpu() / x <= 0.4 + 1e-6))).all())
+    noise = torch.full((100,), 7.0, device=DEV)
+    torch.ops.aten.rrelu_with_noise(x.to(DEV), noise, 0.125, 1 / 3, False)
+    assert bool((noise.cpu() == 7.0).all())
+    g = torch.Generator(device="tt").manual_seed(3)
+    a = torch.nn.functional.rrelu(-x.abs().to(DEV), training=True).cpu()
+    b = torch.ops.aten.rrelu_with_noise(-x.abs().to(DEV), torch.empty(0, device=DEV), 0.125, 1 / 3, True, g).cpu()
+    g.manual_seed(3)
+    c = torch.ops.aten.rrelu_with_noise(-x.abs().to(DEV), torch.empty(0, device=DEV), 0.125, 1 / 3, True, g).cpu()
+    assert torch.equal(b, c) and a.shape == b.shape  # a tt generator replays its own stream

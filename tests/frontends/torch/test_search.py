@@ -88,3 +88,61 @@ def test_generate_stopping_criterion_checks_eos_on_tt():
     done = torch.isin(ids[:, -1].to(DEV), eos.to(DEV))
     same(done, torch.tensor([True, False, True]), "eos")
     assert done.device == DEV
+
+
+# ------------------------------------------------------------------------------------------ searchsorted, bucketize
+SEQ = torch.tensor([1.0, 2, 2, 3, NAN])
+SEARCH_CASES = [
+    (SEQ, torch.tensor([[0.0, 2, 2.5, 3, 9, NAN]]), {}),
+    (SEQ.bfloat16(), torch.tensor([0.0, 2, 2.5, NAN]).bfloat16(), {}),
+    (torch.tensor([[1, 2, 3], [2, 4, 6]]), torch.tensor([[2, 3], [2, 7]]), {"out_int32": True}),
+    (torch.tensor([1, 2, 3]), 2.5, {}),
+    (torch.tensor([1, 2, 3]), torch.tensor([2.5, 3.0]), {}),
+    (torch.tensor([1.0, 2.0, 3.0]).bfloat16(), torch.tensor([2.5, 3.0]), {}),
+    (torch.tensor([3, 1, 2]), torch.tensor([2, 0, 9]), {"sorter": torch.tensor([1, 2, 0])}),
+    (torch.tensor([], dtype=torch.float32), torch.tensor([1.0]), {}),
+    (torch.tensor([1.0, 2.0]), torch.tensor([], dtype=torch.float32), {}),
+    (torch.tensor([1.0, 2.0]), torch.tensor(1.5), {}),
+]
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("case", range(len(SEARCH_CASES)))
+def test_searchsorted_matches_cpu(case, side):
+    seq, values, kw = SEARCH_CASES[case]
+    kw = {**kw, "side": side}
+    ref = torch.searchsorted(seq, values, **kw)
+    got = torch.searchsorted(seq.to(DEV), _tt(values), **{k: _tt(v) for k, v in kw.items()})
+    same(got, ref, f"searchsorted case {case} {side}")
+    kw2 = {k: v for k, v in kw.items() if k != "side"}
+    kw2["right"] = side == "right"
+    same(torch.searchsorted(seq.to(DEV), _tt(values), **{k: _tt(v) for k, v in kw2.items()}), ref, "right=")
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_bucketize_matches_cpu(right):
+    bounds = torch.tensor([-1.0, 0.0, 0.5, 2.0])
+    x = torch.tensor([[-3.0, -1.0, 0.25], [0.5, 2.0, 7.0]])
+    same(torch.bucketize(x.to(DEV), bounds.to(DEV), right=right), torch.bucketize(x, bounds, right=right), "tensor")
+    same(torch.bucketize(0.5, bounds.to(DEV), right=right), torch.bucketize(0.5, bounds, right=right), "scalar")
+    out = torch.empty(0, dtype=torch.int32, device=DEV)
+    torch.bucketize(x.to(DEV), bounds.to(DEV), right=right, out_int32=True, out=out)
+    same(out, torch.bucketize(x, bounds, right=right, out_int32=True), "out=")
+
+
+def test_searchsorted_large_and_queued(gate):
+    """A long sorted sequence and many values (the binary search's ~17 steps), queued behind a closed gate: the
+    search runs on the card and returns at once."""
+    g = torch.Generator().manual_seed(5)
+    seq = torch.randint(-(10**6), 10**6, (100_000,), generator=g).sort().values
+    v = torch.randint(-(10**6), 10**6, (5000,), generator=g)
+    got = torch.searchsorted(seq.to(DEV), v.to(DEV), right=True)
+    gate.set()
+    same(got, torch.searchsorted(seq, v, right=True), "large")
+
+
+def test_searchsorted_errors_are_pytorchs():
+    with pytest.raises(RuntimeError, match="boundaries tensor must be 1 dimension"):
+        torch.bucketize(torch.tensor([1.0], device=DEV), torch.ones(2, 2, device=DEV))
+    with pytest.raises(RuntimeError, match="side"):
+        torch.searchsorted(torch.ones(3, device=DEV), torch.ones(1, device=DEV), right=True, side="left")

@@ -22,6 +22,10 @@ FAMILIES = (
     "upsample",
     "linalg_decomp",
     "search",
+    "counting",
+    "margin_loss",
+    "rnn",
+    "linalg_spectral",
 )
 
 

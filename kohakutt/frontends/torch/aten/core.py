@@ -89,6 +89,33 @@ def empty_strided(
     return tensors.new(size, stride, dtype or torch.get_default_dtype(), tensors.index_of(device))
 
 
+@kernel("empty_like", kind="view")
+def empty_like(
+    self: torch.Tensor,
+    dtype: torch.dtype | None = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: bool | None = None,
+    memory_format: torch.memory_format | None = None,
+) -> torch.Tensor:
+    """PyTorch's ``empty_like`` (its strides, from the meta kernel); on the mesh the new storage takes its input's
+    placement when first written (optimizer state lands where its parameter is)."""
+    meta = torch.empty_like(
+        torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device="meta"),
+        dtype=dtype,
+        memory_format=memory_format or torch.preserve_format,
+    )
+    target = torch.device(device) if device is not None else self.device
+    out = torch.empty_strided(
+        meta.shape, meta.stride(), dtype=meta.dtype, device=target, pin_memory=bool(pin_memory) and target.type == "cpu"
+    )
+    if runtime.is_mesh(target.index) and self.device == target:
+        from kohakutt.frontends.torch import mesh
+
+        mesh.inherit(out, self)
+    return out
+
+
 @kernel("resize_", kind="view")
 def resize_(self: torch.Tensor, size: list[int], memory_format: torch.memory_format | None = None) -> torch.Tensor:
     if memory_format is None and list(self.shape) == [int(s) for s in size]:
@@ -119,6 +146,10 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
 def read_host(src: torch.Tensor) -> torch.Tensor:
     """The values of tt tensor ``src`` as a new CPU tensor of the same dtype (bit for bit). Synchronizes."""
     index = src.device.index or 0
+    if runtime.is_mesh(index):
+        from kohakutt.frontends.torch import mesh
+
+        return mesh.read_host(src)
     if src.numel() == 0:
         return torch.empty(src.shape, dtype=src.dtype)
     lo, count = _span(src)
@@ -136,6 +167,11 @@ def write_host(dst: torch.Tensor, src: torch.Tensor) -> None:
     tensors.check_dtype(dst.dtype)
     host = src.to(dst.dtype).expand(dst.shape)
     if dst.numel() == 0:
+        return
+    if runtime.is_mesh(index):
+        from kohakutt.frontends.torch import mesh
+
+        mesh.write_host(dst, host)
         return
     if dst.is_contiguous():
         buf, off = runtime.buffer_of(dst.untyped_storage().data_ptr())
@@ -157,7 +193,13 @@ def copy_device(dst: torch.Tensor, src: torch.Tensor) -> None:
         return
     if dst.numel() == 0:
         return
-    if src.dtype == dst.dtype and src.shape == dst.shape and src.is_contiguous() and dst.is_contiguous():
+    if (
+        src.dtype == dst.dtype
+        and src.shape == dst.shape
+        and src.is_contiguous()
+        and dst.is_contiguous()
+        and not runtime.is_mesh(index)
+    ):
         sbuf, soff = runtime.buffer_of(src.untyped_storage().data_ptr())
         dbuf, doff = runtime.buffer_of(dst.untyped_storage().data_ptr())
         n = src.numel() * src.element_size()

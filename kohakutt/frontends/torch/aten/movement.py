@@ -658,3 +658,12 @@ def _sort(a: Args, outs: list[torch.Tensor]) -> None:
 def _topk(a: Args, outs: list[torch.Tensor]) -> None:
     attrs = {"k": a.k, "dim": a.dim, "largest": bool(a.largest), "sorted": bool(a.sorted)}
     ir("topk", [a.self], attrs, outs, a._index)
+
+
+# ---------------------------------------------------------------------------------------------------- channel_shuffle
+@composite("channel_shuffle", "channel_shuffle.out", ir_ops=("permute", "copy"))
+def _channel_shuffle(a: Args, outs: list[torch.Tensor]) -> None:
+    """(N, C, *) -> (N, groups, C / groups, *) -> swap the two channel dims -> (N, C, *): one permuting copy."""
+    x, g = a.self, int(a.groups)
+    if outs[0].numel():
+        outs[0].copy_(x.reshape(x.shape[0], g, x.shape[1] // g, *x.shape[2:]).transpose(1, 2).reshape(x.shape))

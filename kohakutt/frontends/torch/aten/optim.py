@@ -28,6 +28,7 @@ from kohakutt.frontends.torch.aten.reduce import extreme, release
 from kohakutt.frontends.torch.aten.registry import _Binder, ir, kernel, overload
 from kohakutt.ir.ops import ShapeError
 from kohakutt.kernels.tensor import DeviceTensor
+from kohakutt.mesh.storage import MeshTensor
 from torch.autograd.graph import increment_version
 
 aten = torch.ops.aten
@@ -220,7 +221,7 @@ class _Step:
         self.scratch: list[DeviceTensor] = []
 
     def tmp(self, op: str, inputs: Sequence[Any], attrs: dict[str, Any] | None = None) -> Any:
-        if all(not isinstance(x, DeviceTensor | torch.Tensor) for x in inputs):
+        if all(not isinstance(x, DeviceTensor | MeshTensor | torch.Tensor) for x in inputs):
             return _host(op, inputs, attrs)
         r = ir(op, inputs, attrs, None, self.index)[0]
         self.scratch.append(r)

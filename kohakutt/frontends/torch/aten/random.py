@@ -26,7 +26,7 @@ from kohakutt.errors import DeviceError, DtypeError
 from kohakutt.frontends.torch import tensors
 from kohakutt.frontends.torch.aten.core import fill_scalar
 from kohakutt.frontends.torch.aten.movement import as_dtype, scratch
-from kohakutt.frontends.torch.aten.registry import Args, computed, ir
+from kohakutt.frontends.torch.aten.registry import Args, computed, ir, kernel
 from kohakutt.ir.ops import ShapeError
 from kohakutt.kernels import runner
 
@@ -272,3 +272,45 @@ def _native_dropout_backward(a: Args, outs: list[torch.Tensor]) -> None:
     kept = scratch(out.shape, torch.float32, index)
     ir("mul", [as_dtype(a.grad_output, torch.float32), as_dtype(a.mask, torch.float32)], None, [kept], index)
     ir("mul", [kept, float(a.scale)], None, [out], index)
+
+
+# ---------------------------------------------------------------------------------------------------------- rrelu
+def _rrelu(x: torch.Tensor, noise: torch.Tensor, lower: Any, upper: Any, training: bool, generator: Any,
+           out: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """Training: each x <= 0 is multiplied by a slope drawn from U(lower, upper) on the card, which ``noise`` keeps
+    (1 for x > 0), as the CPU does; eval: leaky ReLU with slope (lower + upper) / 2, ``noise`` untouched."""
+    if not training:
+        return out.copy_(torch.nn.functional.leaky_relu(x, (float(lower) + float(upper)) / 2))
+    if noise.shape != x.shape:
+        noise.resize_(x.shape)
+    slope = torch.empty_like(x, memory_format=torch.contiguous_format).uniform_(
+        float(lower), float(upper), generator=generator
+    )
+    negative = x <= 0
+    result = torch.where(negative, x * slope, x)
+    noise.copy_(torch.where(negative, slope, 1))
+    return out.copy_(result)
+
+
+_RRELU_IR = ("uniform", "le", "mul", "where", "leaky_relu", "copy")
+
+
+@kernel("rrelu_with_noise", ir=_RRELU_IR, kind="composite")
+def rrelu_with_noise(self: torch.Tensor, noise: torch.Tensor, lower: Any = 0.125, upper: Any = 1.0 / 3,
+                     training: bool = False, generator: Any = None) -> torch.Tensor:  # fmt: skip
+    return _rrelu(self, noise, lower, upper, training, generator, torch.empty_like(self))
+
+
+@kernel("rrelu_with_noise.out", ir=_RRELU_IR, kind="composite")
+def rrelu_with_noise_out(self: torch.Tensor, noise: torch.Tensor, lower: Any = 0.125, upper: Any = 1.0 / 3,
+                         training: bool = False, generator: Any = None, *,
+                         out: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    if out.shape != self.shape:
+        out.resize_(self.shape)
+    return _rrelu(self, noise, lower, upper, training, generator, out)
+
+
+@kernel("rrelu_with_noise_", ir=_RRELU_IR, kind="composite")
+def rrelu_with_noise_(self: torch.Tensor, noise: torch.Tensor, lower: Any = 0.125, upper: Any = 1.0 / 3,
+                      training: bool = False, generator: Any = None) -> torch.Tensor:  # fmt: skip
+    return _rrelu(self, noise, lower, upper, training, generator, self)

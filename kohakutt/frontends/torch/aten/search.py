@@ -1,4 +1,9 @@
-"""Searching in sorted sequences on ``tt``: ``isin``.
+"""Searching in sorted sequences on ``tt``: ``searchsorted``, ``bucketize``, ``isin``.
+
+``searchsorted`` / ``bucketize`` are the IR ``searchsorted``: a binary search per value on the card's data-movement
+cores, step for step torch's (lower bound, or upper bound for ``right`` / ``side="right"``, through ``sorter`` when
+given), the comparisons exact in the dtype PyTorch promotes sequence and values to; int32 results are widened to the
+int64 output unless ``out_int32``.
 
 ``isin(elements, test_elements)`` is an exact equality test, composed of tt ops in one of two ways, both on the card:
 a broadcast ``eq`` of every element against every test element reduced with ``any`` (when that product is small,
@@ -62,3 +67,33 @@ def _isin(a: Args, outs: list[torch.Tensor]) -> None:
         return
     found = isin(elements.to(common), test.to(common), a._index)
     out.copy_(found.logical_not() if a.invert else found)
+
+
+# ------------------------------------------------------------------------------------------ searchsorted, bucketize
+def _search(seq: torch.Tensor, values: Any, right: bool, sorter: torch.Tensor | None, out: torch.Tensor,
+            index: int) -> None:  # fmt: skip
+    values = _as_tensor(values, seq)
+    common = torch.result_type(seq, values)
+    if out.numel() == 0:
+        return
+    ir("searchsorted", [seq.to(common), values.to(common)] + ([sorter] if sorter is not None else []),
+       {"right": right}, [out], index)  # fmt: skip
+
+
+@composite(
+    "searchsorted.Tensor", "searchsorted.Tensor_out", "searchsorted.Scalar", "searchsorted.Scalar_out",
+    ir_ops=("searchsorted", "typecast"),
+)  # fmt: skip
+def _searchsorted(a: Args, outs: list[torch.Tensor]) -> None:
+    right = bool(a.right) or a.side == "right"  # PyTorch's checks refuse side="left" with right=True
+    _search(a.sorted_sequence, a.self, right, a.sorter, outs[0], a._index)
+
+
+@composite(
+    "bucketize.Tensor", "bucketize.Tensor_out", "bucketize.Scalar", "bucketize.Scalar_out",
+    ir_ops=("searchsorted", "typecast"),
+)  # fmt: skip
+def _bucketize(a: Args, outs: list[torch.Tensor]) -> None:
+    if a.boundaries.dim() != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({a.boundaries.dim()})")
+    _search(a.boundaries, a.self, bool(a.right), None, outs[0], a._index)

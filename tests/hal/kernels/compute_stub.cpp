@@ -1,0 +1,3 @@
+#include "api/compute/common.h"
+
+void kernel_main() {}

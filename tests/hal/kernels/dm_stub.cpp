@@ -1,0 +1,3 @@
+#include "api/dataflow/dataflow_api.h"
+
+void kernel_main() {}

@@ -1,0 +1,5 @@
+#include <cstdint>
+
+#include "api/compute/topk.h"
+
+void kernel_main() {}

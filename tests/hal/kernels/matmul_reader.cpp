@@ -1,0 +1,33 @@
+#include <cstdint>
+
+#include "api/dataflow/dataflow_api.h"
+
+// For each output tile (mt, nt) of this core, streams row mt of A and column nt of B, tile by tile along K.
+// Compile-time args: the TensorAccessorArgs of a, then of b.
+void kernel_main() {
+    const uint32_t a_addr = get_arg_val<uint32_t>(0);
+    const uint32_t b_addr = get_arg_val<uint32_t>(1);
+    const uint32_t start = get_arg_val<uint32_t>(2);
+    const uint32_t count = get_arg_val<uint32_t>(3);
+    const uint32_t Kt = get_arg_val<uint32_t>(4);
+    const uint32_t Nt = get_arg_val<uint32_t>(5);
+    constexpr uint32_t cb_a = tt::CBIndex::c_0;
+    constexpr uint32_t cb_b = tt::CBIndex::c_1;
+    constexpr auto a_args = TensorAccessorArgs<0>();
+    constexpr auto b_args = TensorAccessorArgs<a_args.next_compile_time_args_offset()>();
+    const auto a = TensorAccessor(a_args, a_addr);
+    const auto b = TensorAccessor(b_args, b_addr);
+
+    for (uint32_t t = start; t < start + count; ++t) {
+        const uint32_t mt = t / Nt, nt = t % Nt;
+        for (uint32_t kt = 0; kt < Kt; ++kt) {
+            cb_reserve_back(cb_a, 1);
+            noc_async_read_page(mt * Kt + kt, a, get_write_ptr(cb_a));
+            cb_reserve_back(cb_b, 1);
+            noc_async_read_page(kt * Nt + nt, b, get_write_ptr(cb_b));
+            noc_async_read_barrier();
+            cb_push_back(cb_a, 1);
+            cb_push_back(cb_b, 1);
+        }
+    }
+}
