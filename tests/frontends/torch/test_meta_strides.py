@@ -238,6 +238,16 @@ def test_full_meta_sweep_writes_its_record(request):
 
 
 # ------------------------------------------------------------------------------------------------ the SDPA case
+@pytest.fixture
+def fused_attention():
+    """float32 attention on the card's fused kernel (TF32 operands): under PyTorch's default "highest" precision it
+    takes the math path, whose layouts are its decomposition's; bfloat16 always takes the fused kernel."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    yield
+    torch.set_float32_matmul_precision(before)
+
+
 class Attention(nn.Module):
     """Hugging Face's attention (GPT-2, Llama, Qwen2 with attn_implementation="sdpa"): projections viewed as heads
     and transposed, SDPA, transposed back, made contiguous and reshaped."""
@@ -267,7 +277,7 @@ class Attention(nn.Module):
 
 
 @pytest.mark.parametrize("case", ["mask", "gqa"])  # gqa is causal
-def test_hf_style_attention_compiles_with_aot_autograd(case):
+def test_hf_style_attention_compiles_with_aot_autograd(case, fused_attention):
     torch.manual_seed(0)
     model = Attention(kv_heads=2 if case == "gqa" else 4).to(DEV)
     twin = Attention(kv_heads=2 if case == "gqa" else 4).to(DEV)
@@ -291,7 +301,7 @@ def test_hf_style_attention_compiles_with_aot_autograd(case):
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_hugging_face_causal_lm_trains_under_aot_compile(family):
+def test_hugging_face_causal_lm_trains_under_aot_compile(family, fused_attention):
     """A tiny Hugging Face model with attn_implementation="sdpa" under ``torch.compile(backend="ktt_tt_aot")``: its
     losses and gradients equal eager mode's on tt, through the captured and replayed steps."""
     import os
@@ -327,7 +337,7 @@ def test_hugging_face_causal_lm_trains_under_aot_compile(family):
     assert ktt_compile.stats["replays"] >= 2
 
 
-def test_sdpa_in_a_transposed_layout_matches_the_cpu():
+def test_sdpa_in_a_transposed_layout_matches_the_cpu(fused_attention):
     """SDPA's output keeps the query's layout and its gradients their inputs' layouts (the shape functions'), with
     the values the CPU computes."""
     torch.manual_seed(0)
@@ -407,7 +417,7 @@ def test_resize_to_the_same_size_keeps_strides_as_on_the_cpu():
         assert x.stride() == before
 
 
-def test_sdpa_backward_returns_what_its_shape_function_says():
+def test_sdpa_backward_returns_what_its_shape_function_says(fused_attention):
     """Every output of SDPA's backward, as its shape function has them: q, k, v gradients even where not asked for,
     and one like a mask that needs no gradient (HF's additive mask)."""
     torch.manual_seed(0)
