@@ -97,6 +97,16 @@ def new_like(meta: torch.Tensor, index: int) -> torch.Tensor:
     return new(meta.shape, meta.stride(), meta.dtype, index)
 
 
+def preserved_strides(t: torch.Tensor) -> tuple[int, ...]:
+    """The strides ``torch.empty_like(t)`` gives (``torch.preserve_format``): ``t``'s own when it is contiguous or
+    dense and non-overlapping, else dense strides in ``t``'s dim order. What PyTorch's shape functions give a result
+    "like" an input, so a kernel whose output follows its input's layout must allocate it with these."""
+    if t.is_contiguous():
+        return tuple(t.stride())
+    meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    return tuple(torch.empty_like(meta).stride())
+
+
 def device_of(t: torch.Tensor) -> Device:
     return runtime.device(t.device.index or 0)
 

@@ -292,12 +292,15 @@ def compare(
     dtypes: list[torch.dtype | None] | None = None,
     values: bool = True,
     source: Any = None,
+    shapes: list[tuple[int, ...] | None] | None = None,
 ) -> tuple[str | None, float]:
     """None when ``actual`` (from tt, on the CPU) matches ``expected`` (CPU float64) within ``dtype``'s tolerance;
     otherwise what differs. Also the largest relative error seen. ``dtypes`` are the outputs' dtypes as PyTorch's
     device-generic (meta) computation gives them, where known; ``values=False`` compares shapes and dtypes only.
     ``source`` is the reference with the card's source-register truncation (:func:`source_reference`): a float value
-    within tolerance of either reference passes."""
+    within tolerance of either reference passes. ``shapes`` are the outputs' shapes on the meta run: an output the
+    CPU leaves empty (batch norm's statistics in evaluation) may have the shape every other device gives it, and is
+    then checked for shape and dtype only."""
     acts, exps = _outputs(actual), _outputs(expected)
     alts = _outputs(source) if source is not None else [None] * len(exps)
     if len(acts) != len(exps):
@@ -321,16 +324,19 @@ def compare(
         if not isinstance(a, torch.Tensor):
             problems.append(f"output {i}: got {type(a).__name__}, expected a tensor")
             continue
+        kept = values
         if a.shape != e.shape:
-            problems.append(f"output {i}: shape {tuple(a.shape)} != {tuple(e.shape)}")
-            continue
+            if e.numel() or not shapes or i >= len(shapes) or tuple(a.shape) != shapes[i]:
+                problems.append(f"output {i}: shape {tuple(a.shape)} != {tuple(e.shape)}")
+                continue
+            kept = False  # the CPU keeps none of it: nothing to compare the values with
         want = dtypes[i] if dtypes and i < len(dtypes) and dtypes[i] is not None else None
         if want is None:  # float64 is the widened reference, unless the op itself made a CPU float64 tensor
             want = dtype if e.dtype == torch.float64 and a.dtype != torch.float64 else e.dtype
         if a.dtype != want:
             problems.append(f"output {i}: dtype {a.dtype} != {want}")
             continue
-        if not values:
+        if not kept:
             continue
         if e.is_floating_point():
             rtol = RTOL.get(dtype, 2.0**-9)
@@ -405,14 +411,14 @@ def run_sample(op: Any, sample: Any, dtype: torch.dtype, index: int) -> Result:
         where = traceback.extract_tb(e.__traceback__)[-1]
         detail = f"{type(e).__name__}: {e} ({Path(where.filename).name}:{where.lineno})"
         return Result(name, str(dtype), index, "error", detail[:400], reached)
-    dtypes, values = _meta_dtypes(op, sample), not nondeterministic(op, sample)
+    (dtypes, shapes), values = _meta_outputs(op, sample), not nondeterministic(op, sample)
     if name in GAUGE:  # singular / eigen vectors are unique up to sign: compare what the sample says is unique
-        host, ref, dtypes = sample.output_process_fn_grad(host), sample.output_process_fn_grad(ref), None
-    problem, worst = compare(host, ref, dtype, name, sample, dtypes, values)
+        host, ref, dtypes, shapes = sample.output_process_fn_grad(host), sample.output_process_fn_grad(ref), None, None
+    problem, worst = compare(host, ref, dtype, name, sample, dtypes, values, shapes=shapes)
     if problem is not None and values and dtype in SOURCE_BITS and set(reached) & set(SOURCE_OPERANDS):
         source = source_reference(op, wide, dtype)
         if source is not None:
-            problem, worst = compare(host, ref, dtype, name, sample, dtypes, values, source)
+            problem, worst = compare(host, ref, dtype, name, sample, dtypes, values, source, shapes)
     if problem is None and random_op(op, sample):
         problem = _replay(op, sample, host)
     status = "fail" if problem else "pass"
@@ -446,11 +452,12 @@ def _to_meta(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to("meta")
 
 
-def _meta_dtypes(op: Any, sample: Any) -> list[torch.dtype | None] | None:
-    """The outputs' dtypes on a device-generic (meta) run: the CPU keeps some statistics (layer norm's mean and
-    rstd) in the input dtype where every other device, tt included, keeps them in float32. Ops with no meta kernel
-    (those that read values on the host, such as ``cov``'s weight checks) take the dtypes of a CPU run at the
-    sample's own dtypes."""
+def _meta_outputs(op: Any, sample: Any) -> tuple[list[torch.dtype | None] | None, list[tuple[int, ...] | None] | None]:
+    """The outputs' dtypes and shapes on a device-generic (meta) run: the CPU keeps some statistics (layer norm's
+    mean and rstd) in the input dtype where every other device, tt included, keeps them in float32, and none at all
+    (batch norm's in evaluation) where the others return the running ones. Ops with no meta kernel (those that read
+    values on the host, such as ``cov``'s weight checks) take the dtypes of a CPU run at the sample's own dtypes
+    (and no shapes: the CPU's are the reference's)."""
     for device in ("meta", "cpu"):
         try:
             with warnings.catch_warnings():
@@ -463,8 +470,10 @@ def _meta_dtypes(op: Any, sample: Any) -> list[torch.dtype | None] | None:
                 )
         except Exception:
             continue
-        return [o.dtype if isinstance(o, torch.Tensor) else None for o in _outputs(out)]
-    return None
+        outs = _outputs(out)
+        shapes = [tuple(o.shape) if isinstance(o, torch.Tensor) else None for o in outs] if device == "meta" else None
+        return [o.dtype if isinstance(o, torch.Tensor) else None for o in outs], shapes
+    return None, None
 
 
 def _settle() -> None:

@@ -118,6 +118,8 @@ def empty_like(
 
 @kernel("resize_", kind="view")
 def resize_(self: torch.Tensor, size: list[int], memory_format: torch.memory_format | None = None) -> torch.Tensor:
+    if memory_format is None and list(self.shape) == [int(s) for s in size]:
+        return self  # as on the CPU: the same sizes keep the strides
     meta = torch.empty(size, dtype=self.dtype, device="meta", memory_format=memory_format or torch.contiguous_format)
     need = (
         self.storage_offset()

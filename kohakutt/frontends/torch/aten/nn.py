@@ -19,6 +19,7 @@ How PyTorch 2.13 reaches these on a PrivateUse1 device:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -152,12 +153,21 @@ def _conv_attrs(
     }
 
 
-def _like_memory_format(x: torch.Tensor, shape: Sequence[int]) -> tuple[int, ...] | None:
-    """Strides for a result of ``shape`` in ``x``'s channels-last order when ``x`` is channels-last, else None."""
-    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
-    if fmt is None or x.is_contiguous() or not x.is_contiguous(memory_format=fmt):
+def _conv_layout(input: torch.Tensor, weight: torch.Tensor, shape: Sequence[int]) -> tuple[int, ...] | None:
+    """Strides of a convolution result of ``shape`` (None: contiguous) as PyTorch's shape function lays it out, so
+    compiled graphs see what the card returns: the memory format PyTorch picks for the backend that convolutions on
+    this device take (``convolution_overrideable``), which is contiguous in PyTorch 2.13 even for a channels-last
+    input; 1-d convolutions are judged as 2-d ones over a contiguous input, as its fake kernel does."""
+    if weight.dim() == 3:
+        input = torch.empty(input.shape, device="meta").unsqueeze(2)
+        weight = torch.empty_strided(weight.shape, weight.stride(), device="meta").unsqueeze(2)
+    fmt = torch._C._conv_determine_backend_memory_format(input, weight, torch._C._ConvBackend.Overrideable)
+    if fmt == torch.contiguous_format:
         return None
-    return torch.empty(tuple(shape), device="meta", memory_format=fmt).stride()
+    meta = torch.empty(tuple(shape), device="meta")
+    if meta.dim() == 3 and fmt == torch.channels_last:
+        return meta.unsqueeze(2).contiguous(memory_format=fmt).squeeze(2).stride()
+    return meta.contiguous(memory_format=fmt).stride()
 
 
 @kernel("convolution_overrideable", ir=("conv",))
@@ -180,7 +190,7 @@ def convolution(
         )
     attrs = _conv_attrs(stride, padding, dilation, transposed, output_padding, groups, weight.dim() - 2)
     g = conv_geometry(tuple(input.shape), tuple(weight.shape), attrs, "convolution")
-    out = tensors.new(g.out_shape, _like_memory_format(input, g.out_shape), input.dtype, card.index)
+    out = tensors.new(g.out_shape, _conv_layout(input, weight, g.out_shape), input.dtype, card.index)
     provider = card.own_kernel("conv") if ttnn_supports(g) else None  # e.g. transposed 3-d: Kohaku-TT's kernel
     card("conv", input, weight, *([bias] if bias is not None else []), out=[out], provider=provider, **attrs)
     return out
@@ -204,7 +214,7 @@ def convolution_backward(
     g = conv_geometry(tuple(input.shape), tuple(weight.shape), attrs, "convolution_backward")
     mask = tuple(bool(m) for m in output_mask)
     shapes = (tuple(input.shape), tuple(weight.shape), (g.c_out,))
-    strides = (_like_memory_format(input, input.shape), _like_memory_format(weight, weight.shape), None)
+    strides = (_conv_layout(input, weight, input.shape), _conv_layout(input, weight, weight.shape), None)
     outs = [
         tensors.new(s if m else (0,), st if m else None, input.dtype, card.index)
         for s, st, m in zip(shapes, strides, mask)
@@ -453,8 +463,8 @@ def batch_norm_forward(
         raise ValueError("batch_norm: evaluation (training=False) needs running_mean and running_var")
     c = input.shape[1] if input.dim() > 1 else 0
     ps, names = _params(w=weight, b=bias, m=running_mean, v=running_var)
-    stat = torch.float32 if input.dtype == torch.bfloat16 else input.dtype
-    y = tensors.new(input.shape, _like_memory_format(input, input.shape), input.dtype, card.index)
+    stat = torch.float32  # statistics in float32 for every input dtype, as PyTorch computes them
+    y = tensors.new(input.shape, tensors.preserved_strides(input), input.dtype, card.index)
     save = [card.empty((c,) if training else (0,), stat) for _ in range(2)]
     if training and running_mean is not None:
         runs = (
@@ -467,6 +477,9 @@ def batch_norm_forward(
     outs = [y, *save, *runs]
     card("batch_norm", input, *ps, out=outs, training=bool(training), momentum=float(momentum), eps=float(eps),
          params=names)  # fmt: skip
+    if not training:  # as on CUDA (and in PyTorch's shape function): the running statistics it normalized with
+        outs[1] = card.one("typecast", running_mean, dtype=tensors.check_dtype(stat).value)
+        outs[2] = card.one("rsqrt", card.one("add", card.cast(running_var, stat), float(eps)))
     return tuple(outs)
 
 
@@ -564,7 +577,7 @@ def batch_norm_grad(
     mask = tuple(bool(m) for m in output_mask)
     pdt = weight.dtype if weight is not None else input.dtype
     outs = [
-        tensors.new(input.shape, _like_memory_format(input, input.shape), input.dtype, card.index)
+        tensors.new(input.shape, _grad_input_strides(grad_out, input, train), input.dtype, card.index)
         if mask[0]
         else card.empty((0,), input.dtype),
         _empty_like_mask(card, (c,), pdt, mask[1]),
@@ -574,6 +587,14 @@ def batch_norm_grad(
     card("batch_norm_backward", grad_out, input, mean, invstd, *ps, out=outs, training=bool(train), eps=float(eps),
          params=names, output_mask=mask)  # fmt: skip
     return tuple(_masked(o, m) for o, m in zip(outs, mask))
+
+
+def _grad_input_strides(grad_out: torch.Tensor, input: torch.Tensor, train: bool) -> tuple[int, ...]:
+    """batch norm's input gradient laid out as PyTorch's shape function lays it out: an element-wise result of the
+    output gradient and the input when training, of the output gradient alone in evaluation."""
+    from torch._prims_common import compute_elementwise_output_strides
+
+    return compute_elementwise_output_strides(grad_out, input) if train else tensors.preserved_strides(grad_out)
 
 
 @kernel("native_batch_norm_backward", ir=("batch_norm_backward",))
@@ -608,9 +629,43 @@ def batch_norm_backward(
     output_mask: list[bool],
     reserve: torch.Tensor,
 ) -> tuple[torch.Tensor | None, ...]:
-    train = save_mean is not None and save_mean.numel() > 0  # _batch_norm_no_update in evaluation saves nothing
+    # update: _batch_norm_with_update's; _batch_norm_no_update normalizes with batch statistics only when it has no
+    # running ones (its evaluation returns the running statistics as save_mean / save_invstd, as on CUDA)
+    train = bool(update) or running_mean is None or running_var is None
     return batch_norm_grad(grad_out, input, weight, running_mean, running_var, save_mean, save_var, train, eps,
                            output_mask)  # fmt: skip
+
+
+def _rms_norm_forward(
+    x: torch.Tensor, shape: tuple[int, ...], weight: torch.Tensor | None, eps: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """IR rms_norm: (y, rstd), rstd float32 with the normalized dims kept as ones."""
+    card = Card.of(x, weight)
+    y = card.empty(x.shape, torch.result_type(x, weight) if weight is not None else x.dtype)
+    axis = x.dim() - len(shape)
+    rstd = card.empty((*x.shape[:axis], *(1,) * len(shape)), torch.float32)
+    ps, names = _params(w=weight)
+    card("rms_norm", x, *ps, out=[y, rstd], normalized_shape=shape, eps=eps, params=names)
+    return y, rstd
+
+
+def _rms_norm_backward(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    rstd: torch.Tensor,
+    weight: torch.Tensor | None,
+    shape: tuple[int, ...],
+    mask: tuple[bool, bool],
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """IR rms_norm_backward: the gradients of x and of the weight (None where ``mask`` says not needed)."""
+    card = Card.of(grad, x)
+    mask3 = (mask[0], weight is not None and mask[1], False)
+    outs = [_empty_like_mask(card, x.shape, x.dtype, mask3[0]),
+            _empty_like_mask(card, shape, weight.dtype if weight is not None else x.dtype, mask3[1]),
+            card.empty((0,), x.dtype)]  # fmt: skip
+    ps, names = _params(w=weight)
+    card("rms_norm_backward", grad, x, rstd, *ps, out=outs, normalized_shape=shape, params=names, output_mask=mask3)
+    return _masked(outs[0], mask3[0]), _masked(outs[1], mask3[1])
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -618,12 +673,7 @@ class _RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, shape: tuple[int, ...], weight: torch.Tensor | None, eps: float | None):
-        card = Card.of(x, weight)
-        y = card.empty(x.shape, torch.result_type(x, weight) if weight is not None else x.dtype)
-        axis = x.dim() - len(shape)
-        rstd = card.empty((*x.shape[:axis], *(1,) * len(shape)), torch.float32)
-        ps, names = _params(w=weight)
-        card("rms_norm", x, *ps, out=[y, rstd], normalized_shape=shape, eps=eps, params=names)
+        y, rstd = _rms_norm_forward(x, shape, weight, eps)
         ctx.save_for_backward(x, rstd, weight)
         ctx.shape = shape
         return y
@@ -632,15 +682,66 @@ class _RMSNorm(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: torch.Tensor):
         x, rstd, weight = ctx.saved_tensors
-        card = Card.of(grad, x)
-        mask = (ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[2], False)
-        outs = [_empty_like_mask(card, x.shape, x.dtype, mask[0]),
-                _empty_like_mask(card, ctx.shape, weight.dtype if weight is not None else x.dtype, mask[1]),
-                card.empty((0,), x.dtype)]  # fmt: skip
-        ps, names = _params(w=weight)
-        card("rms_norm_backward", grad, x, rstd, *ps, out=outs, normalized_shape=ctx.shape, params=names,
-             output_mask=mask)  # fmt: skip
-        return _masked(outs[0], mask[0]), None, _masked(outs[1], mask[1]), None
+        mask = (ctx.needs_input_grad[0], ctx.needs_input_grad[2])
+        gx, gw = _rms_norm_backward(grad, x, rstd, weight, ctx.shape, mask)
+        return gx, None, gw, None
+
+
+@functools.cache
+def _rms_norm_op() -> Any:
+    """``ktt::rms_norm``: the same kernels as an opaque custom op with a fake implementation, for traced code
+    (``torch.compile``, ``torch.export``): tracing runs ops on fake tensors, which the card's kernels cannot read,
+    so the graph holds this op, and running the graph runs the kernels. Made on first use (eager code never needs
+    it)."""
+
+    @torch.library.custom_op("ktt::rms_norm_backward", mutates_args=())
+    def backward_op(
+        grad: torch.Tensor,
+        x: torch.Tensor,
+        rstd: torch.Tensor,
+        weight: torch.Tensor | None,
+        normalized_shape: list[int],
+        mask: list[bool],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        gx, gw = _rms_norm_backward(grad, x, rstd, weight, tuple(normalized_shape), (mask[0], mask[1]))
+        card = Card.of(x)
+        return (card.empty((0,), x.dtype) if gx is None else gx), (card.empty((0,), x.dtype) if gw is None else gw)
+
+    @backward_op.register_fake
+    def _(grad, x, rstd, weight, normalized_shape, mask):
+        gw = x.new_empty(tuple(normalized_shape), dtype=weight.dtype) if mask[1] and weight is not None else None
+        return x.new_empty(x.shape if mask[0] else (0,)), (x.new_empty((0,)) if gw is None else gw)
+
+    @torch.library.custom_op("ktt::rms_norm", mutates_args=())
+    def op(
+        x: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None, eps: float | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return _rms_norm_forward(x, tuple(normalized_shape), weight, eps)
+
+    @op.register_fake
+    def _(x, normalized_shape, weight, eps):
+        axis = x.dim() - len(normalized_shape)
+        y = x.new_empty(x.shape, dtype=torch.result_type(x, weight) if weight is not None else x.dtype)
+        return y, x.new_empty((*x.shape[:axis], *(1,) * len(normalized_shape)), dtype=torch.float32)
+
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        x, shape, weight, _ = inputs
+        ctx.save_for_backward(x, output[1], weight)
+        ctx.shape = list(shape)
+
+    def backward(ctx: Any, grad: torch.Tensor, _grad_rstd: Any) -> tuple:
+        x, rstd, weight = ctx.saved_tensors
+        mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[2]]
+        gx, gw = backward_op(grad, x, rstd, weight, ctx.shape, mask)
+        return (gx if mask[0] else None), None, (gw if mask[1] else None), None
+
+    op.register_autograd(backward, setup_context=setup_context)
+    return op
+
+
+def _plain(*xs: torch.Tensor | None) -> bool:
+    """True when every tensor is an ordinary one (no fake, functional or other subclass tensor of a tracer)."""
+    return all(x is None or type(x) is torch.Tensor or type(x) is torch.nn.Parameter for x in xs)
 
 
 @kernel("rms_norm", ir=("rms_norm", "rms_norm_backward"), dispatch_key="AutogradPrivateUse1")
@@ -648,7 +749,10 @@ class _RMSNorm(torch.autograd.Function):
 def rms_norm(
     input: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None = None, eps: float | None = None
 ) -> torch.Tensor:
-    return _RMSNorm.apply(input, tuple(int(s) for s in normalized_shape), weight, eps)
+    shape = tuple(int(s) for s in normalized_shape)
+    if _plain(input, weight):
+        return _RMSNorm.apply(input, shape, weight, eps)
+    return _rms_norm_op()(input, list(shape), weight, eps)[0]  # traced: an op with a fake implementation
 
 
 # -------------------------------------------------------------------------------------------------------- attention
@@ -715,12 +819,29 @@ def sdpa_fused(
     card = Card.of(query, key, value, attn_bias)
     b, h, sq, _ = query.shape
     skv, dv = key.shape[2], value.shape[3]
-    out = card.empty((b, h, sq, dv), torch.promote_types(torch.promote_types(query.dtype, key.dtype), value.dtype))
+    dtype = torch.promote_types(torch.promote_types(query.dtype, key.dtype), value.dtype)
+    out = tensors.new((b, h, sq, dv), _query_layout(query, dv), dtype, card.index)
     lse = card.empty((b, h, sq), torch.float32)
     mask = [] if attn_bias is None else [attn_bias]
     card("scaled_dot_product_attention", query, key, value, *mask, out=[out, lse], is_causal=bool(is_causal),
          scale=scale)  # fmt: skip
-    return out, lse, None, None, sq, skv, None, None, None
+    # PyTorch's shape function returns 0-dim philox seed and offset tensors (unused without dropout), as CUDA does
+    seed, offset = card.empty((), torch.int64), card.empty((), torch.int64)
+    return out, lse, None, None, sq, skv, seed, offset, None
+
+
+def _query_layout(query: torch.Tensor, dv: int) -> tuple[int, ...]:
+    """Strides for attention's (B, H, Sq, Dv) output stored in the query's dim order, as PyTorch's shape function
+    makes it (a query transposed from (B, S, H, D) gives an output whose ``transpose(1, 2)`` is contiguous)."""
+    if dv == query.shape[3]:
+        return tensors.preserved_strides(query)
+    shape = (*query.shape[:3], dv)
+    order = sorted(range(4), key=lambda i: query.stride(i), reverse=True)  # stable: ties keep the dim order
+    strides, step = [0] * 4, 1
+    for i in reversed(order):
+        strides[i] = step
+        step *= shape[i]
+    return tuple(strides)
 
 
 @kernel("_scaled_dot_product_fused_attention_overrideable_backward", ir=("sdpa_backward",))
@@ -749,12 +870,15 @@ def sdpa_fused_backward(
             "takes the math path when the mask requires grad"
         )
     card = Card.of(grad_out, query, key, value, out, logsumexp, attn_bias)
-    outs = [card.empty(t.shape, t.dtype) for t in (query, key, value)]
+    outs = [tensors.new(t.shape, tensors.preserved_strides(t), t.dtype, card.index) for t in (query, key, value)]
     mask = [] if attn_bias is None else [attn_bias]
     card("sdpa_backward", grad_out, query, key, value, out, logsumexp, *mask, out=outs, is_causal=bool(is_causal),
          scale=scale)  # fmt: skip
-    keep = list(grad_input_mask[:3])
-    return (*(_masked(o, bool(m)) for o, m in zip(outs, keep)), None)
+    # as PyTorch's shape function: the three gradients always (all are computed), and one like the mask when there is
+    # one (never written: tt refuses a gradient for the mask above)
+    bias = None if attn_bias is None else tensors.new(attn_bias.shape, tensors.preserved_strides(attn_bias),
+                                                      attn_bias.dtype, card.index)  # fmt: skip
+    return (*outs, bias)
 
 
 def _additive_mask(

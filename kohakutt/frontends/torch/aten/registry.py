@@ -9,6 +9,7 @@ outputs exist before the work is queued, and the call returns at once.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -116,6 +117,37 @@ def to_meta(x: Any, found: set[str]) -> Any:
     return x
 
 
+_FAKE = threading.local()  # a fake-tensor mode per thread, made on first use
+
+
+def shape_function(op: Any, args: tuple, kwargs: dict, margs: tuple, mkw: dict) -> Any:
+    """``op``'s outputs for tt arguments ``args`` / ``kwargs`` as ``torch.compile`` sees them: PyTorch's shape
+    functions run on fake tensors of the tt device, since some depend on the device (on plain meta tensors they take
+    CUDA's branch: channels-last padding, linear-algebra layouts). Where fake tensors cannot shape the call, the meta
+    stand-ins ``margs`` / ``mkw`` (:func:`to_meta`) do."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    mode = getattr(_FAKE, "mode", None)
+    if mode is None:
+        mode = _FAKE.mode = FakeTensorMode(allow_non_fake_inputs=True, allow_fallback_kernels=False)
+
+    def conv(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            if x.device.type != "tt":
+                return x  # 0-dim CPU tensors: the mode takes them as they are
+            return FakeTensor(mode, torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta"), x.device)
+        if isinstance(x, list | tuple):
+            return type(x)(conv(y) for y in x)
+        return None if isinstance(x, torch.Generator) else x
+
+    try:
+        fargs, fkw = conv(args), {k: conv(v) for k, v in kwargs.items()}
+        with mode:
+            return op(*fargs, **fkw)
+    except Exception:  # the meta kernels decide, and raise the user's error if there is one
+        return op(*margs, **mkw)
+
+
 # Output metadata by call signature: PyTorch's meta kernels (often Python references) cost more than the rest of
 # queueing an op, and outputs depend only on sizes, strides, dtypes, devices and the non-tensor arguments.
 _META_CACHE: dict[tuple, tuple[int, list[torch.Tensor], list[tuple]]] = {}
@@ -136,8 +168,11 @@ def _sig(x: Any) -> Any:
 
 def meta_key(op: Any, args: tuple, kwargs: dict) -> tuple | None:
     """A hashable signature of a call for the output-metadata cache, or None when it has none."""
-    key = (op, *[_sig(x) for x in args], *[(k, _sig(v)) for k, v in kwargs.items()]) if kwargs else (
-        op, *[_sig(x) for x in args])
+    key = (
+        (op, *[_sig(x) for x in args], *[(k, _sig(v)) for k, v in kwargs.items()])
+        if kwargs
+        else (op, *[_sig(x) for x in args])
+    )
     try:
         hash(key)
     except TypeError:
@@ -202,14 +237,17 @@ def _generic(name: str, impl: Callable[[Args, list[torch.Tensor]], None]) -> Cal
     names = b.names
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        key = (name, *[_sig(x) for x in args], *[(k, _sig(v)) for k, v in kwargs.items()]) if kwargs else (
-            name, *[_sig(x) for x in args])
+        key = (
+            (name, *[_sig(x) for x in args], *[(k, _sig(v)) for k, v in kwargs.items()])
+            if kwargs
+            else (name, *[_sig(x) for x in args])
+        )
         hit = _cached_meta(key)
         if hit is None:
             found: set[str] = set()
             margs, mkw = to_meta(args, found), {k: to_meta(v, found) for k, v in kwargs.items()}
             index = device_index(found)
-            meta = op(*margs, **mkw)
+            meta = shape_function(op, args, kwargs, margs, mkw)
             metas = [meta] if isinstance(meta, torch.Tensor) else list(meta)
             made = [_output(m) for m in metas] if not (b.inplace or b.out) else []
             if meta_key(name, args, kwargs) is not None:  # hashable
@@ -226,6 +264,10 @@ def _generic(name: str, impl: Callable[[Args, list[torch.Tensor]], None]) -> Cal
         a["_index"] = index
         if b.inplace:
             outs = [a["self"]]
+            if metas[0].shape != outs[0].shape:  # the shape functions resize an empty self; the CPU refuses
+                raise RuntimeError(
+                    f"output with shape {list(outs[0].shape)} doesn't match the broadcast shape {list(metas[0].shape)}"
+                )
         elif b.out:
             outs = [a[w] for w in b.writes]
             for o, m in zip(outs, metas):
