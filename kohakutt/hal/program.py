@@ -498,6 +498,14 @@ class Program:
             head = f"program {self.name!r} breaks {'a rule' if len(problems) == 1 else f'{len(problems)} rules'}"
             raise ProgramError(head + ": " + "; ".join(problems))
 
+    def check_room(self, card: CardSpec, buffers: Sequence[Buffer]) -> None:
+        """Raise ProgramError unless the program's circular buffers fit the L1 that L1 buffers leave: what
+        :meth:`validate` checks that can change between two runs of a program validated before."""
+        problems: list[str] = []
+        self._check_l1_room(card, buffers, self._static_check(card)[1], problems)
+        if problems:
+            raise ProgramError(f"program {self.name!r} breaks a rule: " + "; ".join(problems))
+
     def _static_check(self, card: CardSpec) -> tuple[list[str], list[tuple[CoreCoord, int, str]]]:
         """The problems of the program itself on ``card``, and each distinct CB set's L1 footprint (core, bytes,
         parts), cached while the program's kernels, CBs and semaphores are the same objects."""

@@ -124,6 +124,12 @@ class Signature:
     outputs: tuple[TensorRef, ...]
     static: tuple[tuple[str, Hashable], ...] = ()
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.name, self.inputs, self.outputs, self.static)))
+
+    def __hash__(self) -> int:  # a signature keys several caches on every call: its hash is worked out once
+        return self.__dict__["_hash"]
+
     @property
     def tensors(self) -> tuple[TensorRef, ...]:
         return (*self.inputs, *self.outputs)
@@ -231,9 +237,8 @@ class ProgramOp:
         self.stats: Counter[str] = Counter()  # calls, programs_built
         self._plans: dict[Signature, _Plan] = {}
         self._lock = threading.Lock()
-        self._estimates: dict[Hashable, float] = {}
         self._sigs: dict[Hashable, Signature] = {}
-        self._checked: set[Hashable] = set()
+        self._checked: dict[Hashable, float] = {}  # calls checked: their device-time estimates
         self._scratch: dict[Hashable, list[Buffer | None]] = {}  # (stream, signature, shapes) -> staging buffers
 
     def __repr__(self) -> str:
@@ -324,15 +329,17 @@ class ProgramOp:
         def slot(b: Buffer) -> int:
             i = index.get(id(b))
             if i is None:
-                b.check_live(f"op {self.name!r}")
+                if b._state != "live":
+                    b.check_live(f"op {self.name!r}")
                 i = index[id(b)] = len(buffers)
                 buffers.append(b)
             return i
 
         st = stream or dev.current_stream
+        shapes = tuple([t.spec.shape for t in tensors])
         staged = [not _direct(t, ref) for ref, t in zip(sig.tensors, tensors)]
         scratch: list[Buffer] = []  # this call's own staging buffers, freed once it has run
-        kept = self._kept_scratch(dev, st, sig, tensors, staged) if any(staged) else None
+        kept = self._kept_scratch(dev, st, sig, shapes, staged) if any(staged) else None
         prog_slots, stage_in, stage_out = [], [], []
         for k, (ref, t) in enumerate(zip(sig.tensors, tensors)):
             if not staged[k]:
@@ -352,14 +359,17 @@ class ProgramOp:
         try:
             # The program's own rules are checked once (Program remembers); its runtime arguments once per buffer
             # sizes and runtime values (addresses aside, they are what the arguments are made of).
-            akey = (id(prog), tuple([b.nbytes for b in prog_buffers]), tuple(rt.items()))
-            seen = akey in self._checked
-            prog.validate(dev.card, prog_buffers, rt, check_args=not seen)
-            if not seen:
+            # (shapes and staging fix every buffer's size: each is a whole tensor of its signature's format)
+            ckey = (id(prog), shapes, tuple(staged), tuple(rt.items()))
+            est = self._checked.get(ckey)
+            if est is not None:
+                prog.check_room(dev.card, prog_buffers)
+            else:
+                prog.validate(dev.card, prog_buffers, rt)
                 if len(self._checked) > 4096:
                     self._checked.clear()
-                self._checked.add(akey)
-            est = self._estimate(prog, dev.card, prog_buffers, rt, len(stage_in) + len(stage_out))
+                est = self._checked[ckey] = self._estimate(prog, dev.card, prog_buffers, rt,
+                                                           len(stage_in) + len(stage_out))  # fmt: skip
             args = {"program": prog, "runtime": rt, "prog_slots": prog_slots, "stage_in": stage_in,
                     "stage_out": stage_out}  # fmt: skip
             dev.enqueue(Command(f"kernel:{self.name}", _run, tuple(buffers), args, est), stream)
@@ -368,21 +378,21 @@ class ProgramOp:
             for b in scratch:
                 dev.free(b, stream)
 
-    def _kept_scratch(self, dev: Device, stream: Stream, sig: Signature, tensors: Sequence[DeviceTensor],
+    def _kept_scratch(self, dev: Device, stream: Stream, sig: Signature, shapes: tuple[tuple[int, ...], ...],
                       staged: Sequence[bool]) -> list[Buffer | None] | None:  # fmt: skip
         """Staging buffers kept for calls of this signature and these shapes on ``stream`` (its commands run in
         order, so one call's staging is done before the next begins); None while the stream captures a trace (the
         trace then owns per-call buffers, as it does every intermediate)."""
         if stream.capturing is not None:
             return None
-        key = (id(stream), sig, tuple([t.shape for t in tensors]))
+        key = (id(stream), sig, shapes)
+        kept = self._scratch.get(key)
+        if kept is not None and all([b is None or (b._state == "live" and b.device is dev) for b in kept]):
+            return kept
         with self._lock:
-            kept = self._scratch.pop(key, None)
-            if kept is not None and all(b is None or (b.is_live and b.device is dev) for b in kept):
-                self._scratch[key] = kept  # most recent last
-                return kept
-            kept = [dev.allocate(shape=t.shape, fmt=r.format, layout=r.layout, stream=stream) if s else None
-                    for r, t, s in zip(sig.tensors, tensors, staged)]  # fmt: skip
+            self._scratch.pop(key, None)
+            kept = [dev.allocate(shape=shape, fmt=r.format, layout=r.layout, stream=stream) if s else None
+                    for r, shape, s in zip(sig.tensors, shapes, staged)]  # fmt: skip
             self._scratch[key] = kept
             while len(self._scratch) > KEPT_SCRATCH:
                 old_key = next(iter(self._scratch))
@@ -402,23 +412,20 @@ class ProgramOp:
 
     def _estimate(self, prog: Program, card: CardSpec, buffers: Sequence[Buffer], rt: Mapping[str, int],
                   staged: int) -> float:  # fmt: skip
-        key = (id(prog), tuple(b.nbytes for b in buffers), tuple(rt.items()), staged)
-        est = self._estimates.get(key)
-        if est is None:
-            if len(self._estimates) > 1024:
-                self._estimates.clear()
-            move = sum(b.nbytes for b in buffers) / card.dram_bytes_per_s * 1e9 if staged else 0.0
-            est = self._estimates[key] = prog.estimate_ns(card, buffers, rt) + staged * PROGRAM_LAUNCH_NS + 2 * move
-        return est
+        """The program's device time, plus a launch and a read and write of the tensors per staging copy."""
+        move = sum(b.nbytes for b in buffers) / card.dram_bytes_per_s * 1e9 if staged else 0.0
+        return prog.estimate_ns(card, buffers, rt) + staged * PROGRAM_LAUNCH_NS + 2 * move
 
 
 def _direct(t: DeviceTensor, ref: TensorRef) -> bool:
     """Whether the program can read or write ``t``'s buffer as it is: the whole buffer, in the ref's format and
     layout, in DRAM (a row-major tensor with one row per page)."""
+    if t.spec.layout is not ref.layout or t.offset:  # a frontend's row-major view meets a tile-layout ref here
+        return False
     b = t.buffer
     if b.kind is not MemoryKind.DRAM or b.fmt is not ref.format or t.spec.dtype.format is not ref.format:
         return False
-    if t.spec.layout is not ref.layout or t.offset or not t.is_contiguous:
+    if not t.is_contiguous:
         return False
     if ref.layout is Layout.TILE:
         return b.layout is Layout.TILE and b.num_pages == _tile_count(t.shape)

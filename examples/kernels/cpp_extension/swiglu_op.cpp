@@ -8,6 +8,12 @@ at::Tensor swiglu(const at::Tensor& a, const at::Tensor& b) {
     return ktt::extension::run("kohakutt_example_cpp::swiglu", {a, b}, {{a.sizes().vec(), a.scalar_type()}})[0];
 }
 
-TORCH_LIBRARY(kohakutt_example_cpp, m) { m.def("swiglu(Tensor a, Tensor b) -> Tensor"); }
-TORCH_LIBRARY_IMPL(kohakutt_example_cpp, PrivateUse1, m) { m.impl("swiglu", &swiglu); }
-TORCH_LIBRARY_IMPL(kohakutt_example_cpp, Meta, m) { m.impl("swiglu", &swiglu); }
+TORCH_LIBRARY(kohakutt_example_cpp, m) {
+    m.def("swiglu(Tensor a, Tensor b) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(kohakutt_example_cpp, PrivateUse1, m) {
+    m.impl("swiglu", &swiglu);
+}
+TORCH_LIBRARY_IMPL(kohakutt_example_cpp, Meta, m) {
+    m.impl("swiglu", &swiglu);
+}

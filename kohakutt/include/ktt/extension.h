@@ -34,9 +34,11 @@ struct OutputSpec {
 // call's runtime values (uint32) the program's runtime_args function reads.
 inline std::vector<at::Tensor> run(const std::string& name, const std::vector<at::Tensor>& inputs,
                                    const std::vector<OutputSpec>& outputs, const Runtime& runtime = {}) {
-    if (inputs.empty()) throw std::invalid_argument("ktt::extension::run(" + name + "): give at least one input tensor");
+    if (inputs.empty())
+        throw std::invalid_argument("ktt::extension::run(" + name + "): give at least one input tensor");
     bool meta = false;
-    for (const auto& t : inputs) meta = meta || t.is_meta();
+    for (const auto& t : inputs)
+        meta = meta || t.is_meta();
     if (meta) {
         std::vector<at::Tensor> out;
         for (const auto& o : outputs)
@@ -47,11 +49,13 @@ inline std::vector<at::Tensor> run(const std::string& name, const std::vector<at
     pybind11::list specs;
     for (const auto& o : outputs) {
         pybind11::list shape;
-        for (auto s : o.shape) shape.append(s);
+        for (auto s : o.shape)
+            shape.append(s);
         specs.append(pybind11::make_tuple(shape, pybind11::cast(c10::toString(o.dtype))));
     }
     pybind11::dict rt;
-    for (const auto& [k, v] : runtime) rt[pybind11::str(k)] = v;
+    for (const auto& [k, v] : runtime)
+        rt[pybind11::str(k)] = v;
     // A Python error (a ProgramError, say) propagates as itself: torch restores it for the Python caller.
     pybind11::object result = pybind11::module_::import("kohakutt.extension").attr("_run")(name, inputs, specs, rt);
     return result.cast<std::vector<at::Tensor>>();

@@ -33,7 +33,8 @@ struct CoreRange {
     std::vector<std::pair<uint32_t, uint32_t>> cores() const {
         std::vector<std::pair<uint32_t, uint32_t>> out;
         for (uint32_t y = y0; y <= y1; ++y)
-            for (uint32_t x = x0; x <= x1; ++x) out.emplace_back(x, y);
+            for (uint32_t x = x0; x <= x1; ++x)
+                out.emplace_back(x, y);
         return out;
     }
 };
@@ -56,7 +57,8 @@ struct Signature {
     std::map<std::string, std::string> static_values;
     const TensorRef& operator[](const std::string& n) const {
         for (const auto& t : tensors)
-            if (t.name == n) return t;
+            if (t.name == n)
+                return t;
         throw std::out_of_range("program '" + name + "' has no tensor '" + n + "'");
     }
     const TensorRef& operator[](size_t i) const { return tensors.at(i); }
@@ -123,9 +125,11 @@ struct WorkSplit {
 inline std::vector<WorkSplit> split_work(uint32_t units, const CoreRangeSet& cores) {
     std::vector<std::pair<uint32_t, uint32_t>> all;
     for (const auto& r : cores)
-        for (auto c : r.cores()) all.push_back(c);
+        for (auto c : r.cores())
+            all.push_back(c);
     std::vector<WorkSplit> out;
-    if (all.empty()) return out;
+    if (all.empty())
+        return out;
     uint32_t base = units / all.size(), extra = units % all.size(), start = 0;
     for (size_t i = 0; i < all.size(); ++i) {
         uint32_t n = base + (i < extra ? 1 : 0);
@@ -166,11 +170,21 @@ inline std::string quote(const std::string& s) {
     std::string out = "\"";
     for (char c : s) {
         switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\t': out += "\\t"; break;
-            case '\r': out += "\\r"; break;
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
             default:
                 if (static_cast<unsigned char>(c) < 0x20) {
                     char buf[8];
@@ -188,7 +202,8 @@ template <class T>
 std::string list(const std::vector<T>& v) {
     std::ostringstream o;
     o << "[";
-    for (size_t i = 0; i < v.size(); ++i) o << (i ? "," : "") << v[i];
+    for (size_t i = 0; i < v.size(); ++i)
+        o << (i ? "," : "") << v[i];
     o << "]";
     return o.str();
 }
@@ -211,7 +226,8 @@ inline std::string to_json(const Program& p, size_t handle) {
           << ",\"source\":" << quote(k.source) << ",\"cores\":" << ranges(k.cores)
           << ",\"compile_time_args\":" << list(k.compile_time_args) << ",\"defines\":{";
         size_t j = 0;
-        for (const auto& [dk, dv] : k.defines) o << (j++ ? "," : "") << quote(dk) << ":" << quote(dv);
+        for (const auto& [dk, dv] : k.defines)
+            o << (j++ ? "," : "") << quote(dk) << ":" << quote(dv);
         o << "},\"name\":" << quote(k.name) << ",\"math_fidelity\":" << quote(k.math_fidelity)
           << ",\"fp32_dest_acc_en\":" << (k.fp32_dest_acc_en ? "true" : "false")
           << ",\"math_approx_mode\":" << (k.math_approx_mode ? "true" : "false")
@@ -240,7 +256,9 @@ inline char* copy_out(const std::string& s) {
     return out;
 }
 
-inline std::string error_json(const std::string& what) { return "{\"error\":" + quote(what) + "}"; }
+inline std::string error_json(const std::string& what) {
+    return "{\"error\":" + quote(what) + "}";
+}
 
 // The signature travels as lines: "tensor\tname\tformat\tlayout\toutput\tpage_size\targ,arg,..." and
 // "static\tkey\tvalue".
@@ -253,12 +271,14 @@ inline Signature parse_signature(const char* name, const char* text) {
         std::vector<std::string> f;
         std::string part;
         std::istringstream ls(line);
-        while (std::getline(ls, part, '\t')) f.push_back(part);
+        while (std::getline(ls, part, '\t'))
+            f.push_back(part);
         if (f.size() >= 7 && f[0] == "tensor") {
             TensorRef t{f[1], f[2], f[3], f[4] == "1", static_cast<uint32_t>(std::stoul(f[5])), {}};
             std::istringstream as(f[6]);
             while (std::getline(as, part, ','))
-                if (!part.empty()) t.accessor_args.push_back(static_cast<uint32_t>(std::stoul(part)));
+                if (!part.empty())
+                    t.accessor_args.push_back(static_cast<uint32_t>(std::stoul(part)));
             sig.tensors.push_back(t);
         } else if (f.size() >= 3 && f[0] == "static") {
             sig.static_values[f[1]] = f[2];
@@ -283,7 +303,8 @@ __attribute__((weak, visibility("default"))) char* ktt_extension_programs() {
     auto& r = ::ktt::detail::registry();
     std::lock_guard<std::mutex> g(r.lock);
     std::string out;
-    for (const auto& [n, b] : r.builders) out += n + "\n";
+    for (const auto& [n, b] : r.builders)
+        out += n + "\n";
     return ::ktt::detail::copy_out(out);
 }
 
@@ -299,7 +320,8 @@ __attribute__((weak, visibility("default"))) char* ktt_extension_build(const cha
             builder = it->second;
         }
         ::ktt::Program p = builder(::ktt::detail::parse_signature(name, signature));
-        if (!p.runtime_args) return ::ktt::detail::copy_out(::ktt::detail::error_json("the program has no runtime_args"));
+        if (!p.runtime_args)
+            return ::ktt::detail::copy_out(::ktt::detail::error_json("the program has no runtime_args"));
         std::lock_guard<std::mutex> g(r.lock);
         r.built.push_back(p);
         return ::ktt::detail::copy_out(::ktt::detail::to_json(p, r.built.size() - 1));
@@ -310,14 +332,15 @@ __attribute__((weak, visibility("default"))) char* ktt_extension_build(const cha
 
 // buffers: 4 words per buffer (address, pages, page size, bytes); runtime: "key\tvalue" lines.
 __attribute__((weak, visibility("default"))) char* ktt_extension_runtime_args(uint64_t handle, const uint64_t* buffers,
-                                                                             uint64_t num_buffers,
-                                                                             const char* runtime) {
+                                                                              uint64_t num_buffers,
+                                                                              const char* runtime) {
     auto& r = ::ktt::detail::registry();
     try {
         ::ktt::RuntimeArgsFn fn;
         {
             std::lock_guard<std::mutex> g(r.lock);
-            if (handle >= r.built.size()) return ::ktt::detail::copy_out(::ktt::detail::error_json("no such program"));
+            if (handle >= r.built.size())
+                return ::ktt::detail::copy_out(::ktt::detail::error_json("no such program"));
             fn = r.built[handle].runtime_args;
         }
         std::vector<::ktt::Buffer> bufs;
@@ -328,7 +351,8 @@ __attribute__((weak, visibility("default"))) char* ktt_extension_runtime_args(ui
         std::string line;
         while (std::getline(in, line)) {
             auto tab = line.find('\t');
-            if (tab != std::string::npos) rt[line.substr(0, tab)] = static_cast<uint32_t>(std::stoul(line.substr(tab + 1)));
+            if (tab != std::string::npos)
+                rt[line.substr(0, tab)] = static_cast<uint32_t>(std::stoul(line.substr(tab + 1)));
         }
         ::ktt::RuntimeArgs args = fn(bufs, rt);
         std::ostringstream o;
@@ -349,5 +373,7 @@ __attribute__((weak, visibility("default"))) char* ktt_extension_runtime_args(ui
     }
 }
 
-__attribute__((weak, visibility("default"))) void ktt_extension_free(char* p) { std::free(p); }
+__attribute__((weak, visibility("default"))) void ktt_extension_free(char* p) {
+    std::free(p);
+}
 }
