@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/host_transfer.py
 	$(PY) benchmarks/dispatch.py
 	$(PY) benchmarks/mlp_training.py
+	$(PY) benchmarks/precision.py
 	$(PY) benchmarks/capture.py
 	$(PY) benchmarks/sim_kernels.py
 	$(PY) benchmarks/tinygrad_training.py
@@ -47,15 +48,16 @@ conformance: $(STAMP)
 
 # tinygrad's own tests (test/backend/test_ops.py from a tinygrad git checkout; not in its wheel) on KTT and on
 # tinygrad's CPU device (needs clang), against the installed tinygrad; TINYGRAD_K=<pytest -k> runs a subset,
-# TINYGRAD_FP32_MATMUL=split runs KTT's float32 matmuls split (KTT_TINYGRAD_FP32_MATMUL).
+# TINYGRAD_ALLOW_TF32=1 runs them with tinygrad's ALLOW_TF32=1 (KTT's float32 matmuls on TF32 operands; 0, tinygrad's
+# default, splits them for float32 accuracy).
 TINYGRAD_SRC ?=
 TINYGRAD_TESTS ?= test/backend/test_ops.py
 TINYGRAD_K ?=
-TINYGRAD_FP32_MATMUL ?= card
+TINYGRAD_ALLOW_TF32 ?= 0
 conformance-tinygrad: $(STAMP)
 	@test -n "$(TINYGRAD_SRC)" || { echo "make: set TINYGRAD_SRC=<a tinygrad git checkout> (git clone https://github.com/tinygrad/tinygrad)"; exit 2; }
 	$(PY) -m kohakutt.frontends.tinygrad.conformance --src "$(TINYGRAD_SRC)" --tests $(TINYGRAD_TESTS) \
-		--fp32-matmul $(TINYGRAD_FP32_MATMUL) $(if $(TINYGRAD_K),-k "$(TINYGRAD_K)")
+		--allow-tf32 $(TINYGRAD_ALLOW_TF32) $(if $(TINYGRAD_K),-k "$(TINYGRAD_K)")
 
 clean:
 	rm -rf build .pytest_cache $(STAMP)

@@ -1,7 +1,9 @@
 """Training on the tt device: model, loss and optimizer are unchanged PyTorch; every op runs on the card.
 
 The same model trains side by side on the CPU in float32 from the same initial weights, so the losses can be
-compared: they agree to the card's matmul precision (fp32 matmuls multiply TF32-truncated operands, about 1e-3).
+compared: they agree to float32 rounding (under PyTorch's default float32 matmul precision, "highest", tt splits
+float32 matmul operands into bfloat16 parts; torch.set_float32_matmul_precision("high") takes the card's faster TF32
+operands, about 1e-3 relative).
 Run: python examples/02_training.py
 """
 
@@ -39,8 +41,8 @@ def main() -> None:
         ref = step(cpu_model, cpu_opt, x_cpu, y_cpu).item()
         print(f"step {i}: loss on tt {loss:.5f}, on the CPU {ref:.5f}")
 
-    # 3. Inference: precision is a scope (here the card's most precise matmul fidelity).
-    with torch.no_grad(), kohakutt.numerics(fidelity="HiFi4"):
+    # 3. Inference: precision is a scope (here the card's native TF32 matmuls at its most precise fidelity).
+    with torch.no_grad(), kohakutt.numerics(fp32_matmul="high", fidelity="HiFi4"):
         print("accuracy", (model(x).argmax(-1) == y).float().mean().item())
     print(f"peak memory on the card: {torch.tt.max_memory_allocated() / 2**20:.1f} MiB")
 

@@ -320,8 +320,10 @@ def _doctor_cards(f: _Findings, backend: str | None) -> list[dict[str, Any]]:
                     f.problem(f"sim chip {chip} cannot be opened: {msg}", "report it with this output")
             cards.append(card)
         return cards
-    if backend == "ttnn":
-        return [{"chip": i, "kind": "card", "node": node, "figures": figures} for i, node in enumerate(card_nodes())]
+    if backend == "ttnn":  # the chips TT-NN counts (it opens none), with the driver's node where there is one
+        nodes = card_nodes()
+        return [{"chip": i, "kind": "card", "node": nodes[i] if i < len(nodes) else None, "figures": figures}
+                for i in range(max(device_count("ttnn"), len(nodes)))]  # fmt: skip
     return []
 
 

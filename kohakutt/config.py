@@ -115,9 +115,6 @@ KNOBS: dict[str, Knob] = {
              "how tinygrad kernels without a card form run on the host: `cpu` runs the C tinygrad's own CPU device "
              "compiles for them (needs clang; without it, `python`), `python` interprets their UOps with tinygrad's "
              "PYTHON device."),
-        Knob("KTT_TINYGRAD_FP32_MATMUL", _choice("card", "split"), "card",
-             "tinygrad float32 matmuls: `card` is one matmul on TF32 operands (about 1e-3 relative), `split` six "
-             "matmuls on bf16-split operands (float32 accuracy)."),
     ]
 }  # fmt: skip
 

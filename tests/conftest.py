@@ -4,6 +4,8 @@ import pytest
 
 from kohakutt import config
 
+pytest_plugins = ["record_ttnn"]  # tests/ttnn: records the op library's TT-NN calls for the TT-NN replay tests
+
 
 @pytest.fixture
 def knobs(monkeypatch):

@@ -23,6 +23,7 @@ BENCHMARKS = {  # the shortest round each benchmark offers
     "benchmarks/host_transfer.py": ["--size-mb", "1", "--repeat", "1"],
     "benchmarks/import_time.py": ["--runs", "1"],
     "benchmarks/mlp_training.py": ["--steps", "1", "--warmup", "1"],
+    "benchmarks/precision.py": ["--steps", "1", "--warmup", "0", "--quick"],
     "benchmarks/sim_kernels.py": ["--quick", "--repeat", "1"],
     "benchmarks/tinygrad_training.py": ["--steps", "1", "--warmup", "1"],
 }

@@ -17,8 +17,9 @@ kernel = Tensor.randn(4, 3, 3, 3, device="KTT", dtype=dtypes.bfloat16)
 print("conv2d:", img.cast(dtypes.bfloat16).conv2d(kernel, padding=1).shape)
 print("int32:", (Tensor([7, -7, 9], dtype=dtypes.int32, device="KTT") // 2).tolist())
 
-# 3. A narrower matmul for a scope: fidelity as TT-NN numbers it (0 LoFi, 2 HiFi2, 3 HiFi3, 4 HiFi4).
-with kohakutt.tinygrad.numerics(fidelity=0):
+# 3. A narrower matmul for a scope: one pass on TF32 operands (as ALLOW_TF32=1; the default splits float32 operands
+# for float32 accuracy), at a fidelity as TT-NN numbers it (0 LoFi, 2 HiFi2, 3 HiFi3, 4 HiFi4).
+with kohakutt.tinygrad.numerics(fidelity=0, fp32_matmul="high"):
     print("LoFi x @ w:", (x @ w).numpy()[0])
 
 

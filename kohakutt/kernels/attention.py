@@ -28,7 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal.card import CardSpec
+from kohakutt.ir.defs.matmul import default_fidelity
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Fidelity, Numerics
 from kohakutt.ir.ops import ShapeError, Spec, TensorSpec
@@ -41,7 +43,8 @@ TTNN_NAMES = (
     "transformer.scaled_dot_product_attention", "init_device_compute_kernel_config", "MathFidelity.LoFi",
     "MathFidelity.HiFi2", "MathFidelity.HiFi3", "MathFidelity.HiFi4", "matmul", "multiply", "add", "subtract", "exp",
     "log", "max", "sum", "where", "isneginf", "full", "triu", "reshape", "permute", "repeat_interleave", "slice",
-    "concat", "typecast", "to_torch", "float32", "bfloat16", "TILE_LAYOUT",
+    "concat", "typecast", "to_torch", "float32", "bfloat16", "bfloat8_b", "bfloat4_b", "int32", "uint32", "uint16",
+    "uint8", "TILE_LAYOUT",
 )  # fmt: skip
 # The keywords passed by name to each TT-NN callable (checked by tests/hal/test_ttnn_contract.py).
 TTNN_SIGNATURES: dict[str, tuple[str, ...]] = {
@@ -152,7 +155,7 @@ def _fits(dtype: DType, fid: Fidelity, in0: bool) -> bool:
 def _bmm(pairs: list[tuple[torch.Tensor, torch.Tensor]], transpose: bool = False) -> torch.Tensor:
     out = None
     for x, y in pairs:
-        p = torch.bmm(x, y.transpose(1, 2) if transpose else y)
+        p = cm.engine_matmul(x, y.transpose(1, 2) if transpose else y)
         out = p if out is None else out.add_(p)
     assert out is not None
     return out
@@ -449,12 +452,15 @@ def ttnn_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, o:
 
 
 # ------------------------------------------------------------------------------------------------ sim entries
-def _numerics_fid(num: Numerics, default: Fidelity) -> Fidelity:
-    return Fidelity(num.fidelity) if num.fidelity is not None else default
-
-
 def _dtypes(call: SimCall, idx: tuple[int, ...]) -> tuple[DType, ...]:
     return tuple(call.in_specs[i].dtype for i in idx)  # type: ignore[union-attr]
+
+
+def _own_fid(call: SimCall) -> Fidelity:
+    """The own kernel's fidelity: the scope's, else HiFi4 (HiFi2 for float32 operands under
+    ``fp32_matmul="medium"``). The fused kernel is one pass on TF32 / bf16 operands whatever ``fp32_matmul`` says:
+    PyTorch's float32 "highest" attention takes the math path (``frontends/torch/aten/nn.py``)."""
+    return Fidelity(default_fidelity(call.numerics, [s.dtype for s in call.in_specs[:3]], Fidelity.HiFi4))
 
 
 def _fwd_args(call: SimCall) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, float, bool]:
@@ -465,7 +471,7 @@ def _fwd_args(call: SimCall) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 
 def _sdpa_ktt(call: SimCall) -> list[np.ndarray]:
     q, k, v, mask, scale, causal = _fwd_args(call)
-    fid = _numerics_fid(call.numerics, Fidelity.HiFi4)
+    fid = _own_fid(call)
     return list(flash_forward(q, k, v, mask, scale=scale, causal=causal, fidelity=fid,
                               dtypes=_dtypes(call, (0, 1, 2))))  # type: ignore[arg-type]  # fmt: skip
 
@@ -483,7 +489,7 @@ def _bwd_args(call: SimCall) -> tuple[list[np.ndarray], np.ndarray | None, float
 
 def _sdpa_backward_ktt(call: SimCall) -> list[np.ndarray]:
     arrs, mask, scale, causal = _bwd_args(call)
-    fid = _numerics_fid(call.numerics, Fidelity.HiFi4)
+    fid = _own_fid(call)
     return list(ktt_backward(*arrs, mask, scale=scale, causal=causal, fidelity=fid))
 
 
@@ -549,7 +555,7 @@ def _varlen_backward(call: SimCall, fn: Callable[..., tuple[np.ndarray, ...]]) -
 
 
 def _varlen_ktt(call: SimCall) -> list[np.ndarray]:
-    fid = _numerics_fid(call.numerics, Fidelity.HiFi4)
+    fid = _own_fid(call)
     dts = _dtypes(call, (0, 1, 2))
 
     def fn(*args: Any, **kw: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -563,7 +569,7 @@ def _varlen_ttnn(call: SimCall) -> list[np.ndarray]:
 
 
 def _varlen_backward_ktt(call: SimCall) -> list[np.ndarray]:
-    fid = _numerics_fid(call.numerics, Fidelity.HiFi4)
+    fid = _own_fid(call)
     return _varlen_backward(call, lambda *a, **kw: ktt_backward(*a, fidelity=fid, **kw))
 
 
@@ -590,7 +596,7 @@ def attention_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Nu
         bh, sq, skv, d, dv = q.shape[0] * q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]
     else:
         bh, sq, skv, d, dv = q.shape[1], q.shape[0], k.shape[0], q.shape[2], v.shape[2]
-    fid = int(num.fidelity) if num.fidelity is not None else int(default)
+    fid = int(default_fidelity(num, [q.dtype, k.dtype, v.dtype], default))
     pairs = bh * _visible_tiles(sq, skv, bool(attrs.get("is_causal")))
     dt, dvt = -(-d // 32), -(-dv // 32)
     cycles = (dt + dvt) * card.matmul_tile_cycles[fid] + 4 * cost.SFPU_TILE_CYCLES
@@ -641,19 +647,23 @@ def _config(tt: Any, x: Any, num: Numerics) -> Any:
                                                 packer_l1_acc=False)  # fmt: skip
 
 
-def _tt_mask(tt: Any, mask: Any) -> Any:
-    """A mask as TT-NN's SDPA takes it: additive bf16, 4-D (a bool mask becomes 0 / -inf)."""
+def _tt_mask(tt: Any, mask: Any, like: Any) -> Any:
+    """A mask as TT-NN's SDPA takes it: additive, in ``like``'s dtype, 4-D. A bool mask (which ``card_call`` hands
+    over as int32) becomes 0 where kept and -inf where masked (TT-NN's where takes no integer condition)."""
     if mask is None:
         return None
-    if "bool" in str(mask.dtype).lower() or "uint8" in str(mask.dtype).lower():
-        mask = tt.where(mask, 0.0, -math.inf)
+    if mask.dtype in (tt.int32, tt.uint32, tt.uint16, tt.uint8):
+        mask = tt.where(tt.typecast(mask, like.dtype), 0.0, -math.inf)
+    elif mask.dtype != like.dtype:
+        mask = tt.typecast(mask, like.dtype)
     shape = tuple(mask.shape)
     return tt.reshape(mask, (1,) * (4 - len(shape)) + shape) if len(shape) < 4 else mask
 
 
 def _tt_causal(tt: Any, like: Any, sq: int, skv: int, offset: int) -> Any:
-    """The causal mask as an additive (1, 1, Sq, Skv) bf16 tensor: -inf where key j > query i + offset."""
-    full = tt.full((1, 1, sq, skv), -math.inf, dtype=tt.bfloat16, layout=tt.TILE_LAYOUT, device=like.device())
+    """The causal mask as an additive (1, 1, Sq, Skv) tensor in ``like``'s dtype: -inf where key j > query i +
+    offset."""
+    full = tt.full((1, 1, sq, skv), -math.inf, dtype=like.dtype, layout=tt.TILE_LAYOUT, device=like.device())
     return tt.triu(full, diagonal=1 + offset)
 
 
@@ -674,7 +684,7 @@ def _tt_lse(tt: Any, q: Any, k: Any, mask: Any, scale: float, causal: bool, offs
     dead = tt.isneginf(mx)
     lse = tt.add(mx, tt.log(tt.sum(tt.exp(tt.subtract(s, mx)), dim=-1, keepdim=True)))
     lse = tt.where(dead, -math.inf, lse)
-    return tt.typecast(tt.reshape(lse, tuple(q.shape[:3])), tt.float32), dead
+    return tt.typecast(tt.reshape(lse, tuple(q.shape)[:3]), tt.float32), dead
 
 
 def _tt_forward(tt: Any, q: Any, k: Any, v: Any, mask: Any, scale: float, causal: bool, offset: int,
@@ -682,6 +692,12 @@ def _tt_forward(tt: Any, q: Any, k: Any, v: Any, mask: Any, scale: float, causal
     """TT-NN's SDPA (is_causal only for top-left causal without a mask: TT-NN takes one or the other, so other cases
     pass the causal triangle inside the mask), with rows that see no key set to 0 (TT-NN's kernel gives NaN)."""
     sq, skv = q.shape[2], k.shape[2]
+    if q.dtype not in (tt.bfloat16, tt.bfloat8_b, tt.bfloat4_b):
+        raise KohakuTTUnsupportedOperator(f"scaled_dot_product_attention: TT-NN's SDPA takes bfloat16 or block "
+                                          f"floats, not {q.dtype}")  # fmt: skip
+    if k.shape[3] != v.shape[3]:
+        raise KohakuTTUnsupportedOperator(f"scaled_dot_product_attention: TT-NN's SDPA takes one head dim for keys "
+                                          f"and values, got {k.shape[3]} and {v.shape[3]}")  # fmt: skip
     if causal and (mask is not None or offset or sq != skv):
         tri = _tt_causal(tt, q, sq, skv, offset)
         mask, causal = (tri if mask is None else tt.add(mask, tri)), False
@@ -705,7 +721,7 @@ def sdpa_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list
     q, k, v = inputs[:3]
     if k.shape[2] == 0:
         return _tt_empty(tt, q, out_specs[0].shape, out_specs[1].shape)
-    mask = _tt_mask(tt, inputs[3] if len(inputs) > 3 else None)
+    mask = _tt_mask(tt, inputs[3] if len(inputs) > 3 else None, q)
     return _tt_forward(tt, q, k, v, mask, resolve_scale(attrs["scale"], q.shape[-1]), bool(attrs["is_causal"]), 0,
                        num)  # fmt: skip
 
@@ -723,7 +739,7 @@ def _tt_backward(tt: Any, g: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, mask
         s = tt.add(s, mask)
     if causal:
         s = tt.add(s, _tt_causal(tt, q, q.shape[2], k.shape[2], offset))
-    lse4 = tt.reshape(tt.typecast(lse, tt.bfloat16), (*tuple(lse.shape), 1))
+    lse4 = tt.reshape(tt.typecast(lse, q.dtype), (*tuple(lse.shape), 1))
     p = tt.where(tt.isneginf(lse4), 0.0, tt.exp(tt.subtract(s, lse4)))  # rows that saw no key: no gradient
     dv = tt.matmul(p, g, transpose_a=True, compute_kernel_config=cfg)
     dp = tt.matmul(g, vv, transpose_b=True, compute_kernel_config=cfg)
@@ -742,7 +758,7 @@ def _tt_backward(tt: Any, g: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, mask
 @ttnn("sdpa_backward")
 def sdpa_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list[TensorSpec]) -> Any:
     g, q, k, v, o, lse = inputs[:6]
-    mask = _tt_mask(tt, inputs[6] if len(inputs) > 6 else None)
+    mask = _tt_mask(tt, inputs[6] if len(inputs) > 6 else None, q)
     return _tt_backward(tt, g, q, k, v, o, lse, mask, resolve_scale(attrs["scale"], q.shape[-1]),
                         bool(attrs["is_causal"]), 0, num)  # fmt: skip
 
@@ -802,9 +818,9 @@ def sdpa_varlen_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics,
         ls = tt.reshape(tt.slice(lse, (0, q0), (lse.shape[0], q1)), (1, lse.shape[0], q1 - q0))
         dq, dk, dv = _tt_backward(tt, *seq, _tt_seq(tt, o, q0, q1), ls, None, scale, causal, (k1 - k0) - (q1 - q0),
                                   num)  # fmt: skip
-        dqs.append(tt.permute(tt.reshape(dq, tuple(dq.shape[1:])), (1, 0, 2)))
-        dks.append(tt.permute(tt.reshape(dk, tuple(dk.shape[1:])), (1, 0, 2)))
-        dvs.append(tt.permute(tt.reshape(dv, tuple(dv.shape[1:])), (1, 0, 2)))
+        dqs.append(tt.permute(tt.reshape(dq, tuple(dq.shape)[1:]), (1, 0, 2)))
+        dks.append(tt.permute(tt.reshape(dk, tuple(dk.shape)[1:]), (1, 0, 2)))
+        dvs.append(tt.permute(tt.reshape(dv, tuple(dv.shape)[1:]), (1, 0, 2)))
     ends = (bounds[-1][1], bounds[-1][3]) if bounds else (0, 0)
     for parts, x, end in ((dqs, q, ends[0]), (dks, k, ends[1]), (dvs, v, ends[1])):
         if x.shape[0] > end or not parts:  # packed rows outside every sequence get no gradient

@@ -93,6 +93,26 @@ def round_to(x: npt.ArrayLike, fmt: Any = "bfloat16") -> np.ndarray:
     return _round_bf16_(np.array(x, dtype=np.float32, copy=True))
 
 
+BF16_MAX = 3.3895313892515355e38  # the largest finite bfloat16
+
+
+def split_bf16(x: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """float32 values as three bfloat16-exact parts ``x = x0 + x1 + x2`` (each part passes the unpacker unchanged, so
+    a HiFi4 product of two parts is exact), as the card makes them: ``x0`` the bf16 rounding (nearest, ties to even)
+    of ``x`` clamped to bf16's finite range, ``x1`` that of the exact remainder, ``x2`` what is left (at most 8
+    significant bits). Returns ``(x0, x0_finite, x1, x2)``: ``x0`` keeps Inf and NaN (``x1``, ``x2`` and
+    ``x0_finite`` hold 0 there), so a split product carries them in its leading term only."""
+    x = _f32(x)
+    finite = np.isfinite(x)
+    xf = x if finite.all() else np.where(finite, x, np.float32(0.0))
+    x0f = round_to(np.clip(xf, -BF16_MAX, BF16_MAX), "bfloat16")
+    rest = xf - x0f  # exact: x0f is within a factor of two of xf (Sterbenz)
+    x1 = round_to(rest, "bfloat16")
+    x2 = rest - x1  # exact, and bf16-exact: the 24 significant bits of x less the 16 of x0 and x1
+    x0 = x0f if finite.all() else np.where(finite, x0f, x)
+    return x0, x0f, x1, x2
+
+
 def to_source_register(x: npt.ArrayLike, *, fp32_acc: bool = True) -> np.ndarray:
     """The value the unpacker puts in SrcA / SrcB for float32 data: truncated (not rounded) to TF32 (19 bits) when DST
     is FP32, to BF16 when DST is 16-bit. BF16 data passes unchanged either way."""
@@ -152,19 +172,37 @@ def merged_operands(
 # -------------------------------------------------------------------------------------------------------- matmul
 
 
-def _torch_matmul_is_ieee() -> bool:
-    """Whether torch runs FP32 matmuls on the CPU in full FP32 (a user may have allowed BF16 or TF32 shortcuts)."""
-    chain = [getattr(torch.backends.mkldnn, "matmul", None), torch.backends.mkldnn, torch.backends]
+def torch_is_ieee(op: str = "matmul") -> bool:
+    """Whether torch runs FP32 ``op``s ("matmul" or "conv") on the CPU in full FP32: a user may have allowed BF16 or
+    TF32 shortcuts (``torch.set_float32_matmul_precision``, the ``fp32_precision`` settings), and the simulator's
+    engine must not take them."""
+    chain = [getattr(torch.backends.mkldnn, op, None), torch.backends.mkldnn, torch.backends]
     for setting in (getattr(obj, "fp32_precision", "none") for obj in chain):
         if setting != "none":
             return setting == "ieee"
-    return torch.get_float32_matmul_precision() == "highest"
+    if op != "matmul":
+        return True
+    try:
+        return torch.get_float32_matmul_precision() == "highest"
+    except RuntimeError:  # torch refuses to answer when the legacy and the new settings were mixed
+        return False
+
+
+_torch_matmul_is_ieee = torch_is_ieee
+
+
+def engine_matmul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``x @ y`` of float32 CPU tensors in full float32, whatever torch's own precision settings allow (NumPy's BLAS
+    stands in when torch's would cut the operands)."""
+    if torch_is_ieee():
+        return torch.matmul(x, y)
+    return torch.from_numpy(np.matmul(x.numpy(), y.numpy()))
 
 
 def _mm(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """An exact-FP32 matmul (batch dims broadcast). torch's BLAS is the engine: a second BLAS thread pool (NumPy's)
     would fight torch's for the cores; NumPy only stands in when torch's FP32 matmuls run in reduced precision."""
-    if _torch_matmul_is_ieee():
+    if torch_is_ieee():
         return torch.matmul(torch.from_numpy(x), torch.from_numpy(y)).numpy()
     return np.matmul(x, y)
 

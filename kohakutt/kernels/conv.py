@@ -33,23 +33,45 @@ from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal import formats
 from kohakutt.hal.card import CardSpec
 from kohakutt.ir.defs.conv import ConvGeometry, conv_geometry, conv_numerics
+from kohakutt.ir.defs.matmul import split_counts
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Fidelity, Numerics
 from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath, cost
-from kohakutt.kernels.matmul import FIDELITY_AND_DTYPE_NAMES, compute_config, dtype_of, merged_products, ttnn_dtype
+from kohakutt.kernels.matmul import (
+    FIDELITY_AND_DTYPE_NAMES,
+    compute_config,
+    dtype_of,
+    merged_products,
+    split_ns,
+    split_pairs,
+    ttnn_dtype,
+)
 from kohakutt.kernels.programs.conv import conv_program
 from kohakutt.kernels.registry import SimCall, sim, ttnn
 
 TTNN_NAMES = (
     "conv1d", "conv2d", "conv_transpose2d", "experimental.conv3d", "experimental.prepare_conv3d_weights",
-    "Conv2dConfig", "Conv3dConfig", "permute", "reshape", "to_layout", "from_device", "to_device",
+    "Conv2dConfig", "Conv3dConfig", "permute", "reshape", "pad", "to_layout", "from_device", "to_device",
     "ROW_MAJOR_LAYOUT", "TILE_LAYOUT", "init_device_compute_kernel_config",
     *FIDELITY_AND_DTYPE_NAMES,
 )  # fmt: skip
 
-_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
-_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+def _ieee(fn: Any) -> Any:
+    """``fn`` (a torch CPU convolution) run in full float32: in float64 when torch's own settings would let oneDNN cut
+    float32 operands (the products are exact either way; only the order and width of the sums differ)."""
+
+    def conv(x: torch.Tensor, w: torch.Tensor, *args: Any) -> torch.Tensor:
+        if cardmath.torch_is_ieee("conv"):
+            return fn(x, w, *args)
+        return fn(x.double(), w.double(), *args).float()
+
+    return conv
+
+
+_CONV = {d: _ieee(f) for d, f in ((1, F.conv1d), (2, F.conv2d), (3, F.conv3d))}
+_CONV_T = {d: _ieee(f) for d, f in ((1, F.conv_transpose1d), (2, F.conv_transpose2d), (3, F.conv_transpose3d))}
 
 
 # ------------------------------------------------------------------------------------------------------- engine
@@ -314,11 +336,20 @@ def _own_layout(t: torch.Tensor, g: ConvGeometry) -> np.ndarray:
     return (t if g.batched else t[0]).numpy()
 
 
+def operand_pairs(a: np.ndarray, b: np.ndarray, fidelity: Fidelity | str, fp32_acc: bool,
+                  split: tuple[int, int] | None) -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+    """The exact operand pairs of an implicit GEMM of ``a`` by ``b``: the split's bf16 parts (``split`` from
+    ``split_counts``: an fp32 DST) or the fidelity's folded phases."""
+    return split_pairs(a, b, split) if split is not None else merged_products(a, b, fidelity, fp32_acc)
+
+
 def conv_dst(x: np.ndarray, w: np.ndarray, g: ConvGeometry, fidelity: Fidelity | str, fp32_acc: bool,
-             round_dst: bool = True) -> torch.Tensor:  # fmt: skip
+             round_dst: bool = True, split: tuple[int, int] | None = None) -> torch.Tensor:  # fmt: skip
     """The convolution of ``x`` (in its own layout) with ``w`` as DST holds it, channels first and batched (in
-    channels-last memory for a channels-last op). ``round_dst=False``: see :func:`conv_forward`."""
-    pairs = merged_products(x, w, fidelity, fp32_acc)  # in its own layout: the masks are element-wise
+    channels-last memory for a channels-last op). ``round_dst=False``: see :func:`conv_forward`. ``split``: the
+    split convolution (its parts' products summed in an fp32 DST)."""
+    fp32_acc = fp32_acc or split is not None
+    pairs = operand_pairs(x, w, fidelity, fp32_acc, split)  # in its own layout: the masks are element-wise
     xs = [_channels_first(torch.from_numpy(p), g) for p, _ in pairs]
     ws = [torch.from_numpy(q) for _, q in pairs]
     if g.transposed:
@@ -336,24 +367,30 @@ def conv_dst(x: np.ndarray, w: np.ndarray, g: ConvGeometry, fidelity: Fidelity |
                         fp32_acc=fp32_acc, round_dst=round_dst, channels_last_out=g.channels_last)  # fmt: skip
 
 
-def _with_bias(dst: torch.Tensor, bias: np.ndarray | None, fp32_acc: bool) -> torch.Tensor:
-    """The bias added as TT-NN's conv adds it: DST packed to the intermediate format, then an FPU add."""
+def _with_bias(dst: torch.Tensor, bias: np.ndarray | None, fp32_acc: bool, split: bool = False) -> torch.Tensor:
+    """The bias added as TT-NN's conv adds it: DST packed to the intermediate format, then an FPU add (after a split
+    convolution, an fp32 add on the SFPU)."""
     if bias is None:
         return dst
     shape = (1, -1) + (1,) * (dst.ndim - 2)
+    if split:
+        return dst + torch.from_numpy(np.asarray(bias, np.float32).reshape(shape))
     return torch.from_numpy(cardmath.add(dst.numpy(), bias.reshape(shape), fp32_acc=fp32_acc))
 
 
 def _run_conv(call: SimCall) -> np.ndarray:
     x, w = call.inputs[0], call.inputs[1]
     g = conv_geometry(x.shape, w.shape, call.attrs)
-    fid, acc = conv_numerics(call.numerics, call.in_specs[0].dtype, call.in_specs[1].dtype)  # type: ignore
+    dts = (call.in_specs[0].dtype, call.in_specs[1].dtype)  # type: ignore[union-attr]
+    fid, acc = conv_numerics(call.numerics, *dts)
+    split = split_counts(call.numerics, dts)
     if g.n == 0 or 0 in g.out_spatial:
         return np.zeros(g.out_shape, np.float32)
     bias = call.inputs[2] if len(call.inputs) == 3 else None
     # a bf16 output stores DST as its last bf16 rounding would leave it: the store's rounding is that rounding
     last_by_store = bias is None and call.out_specs[0].dtype is DType.BFLOAT16
-    return _own_layout(_with_bias(conv_dst(x, w, g, fid, acc, not last_by_store), bias, acc), g)
+    dst = conv_dst(x, w, g, fid, acc, not last_by_store, split)
+    return _own_layout(_with_bias(dst, bias, acc, split is not None), g)
 
 
 # -------------------------------------------------------------------------------------------------------- costs
@@ -363,6 +400,7 @@ def _conv_ns(
     x, w = ins[0], ins[1]
     g = conv_geometry(x.shape, w.shape, attrs)
     fid = conv_numerics(num, x.dtype, w.dtype)[0]  # type: ignore[union-attr]
+    split = split_counts(num, (x.dtype, w.dtype))  # type: ignore[union-attr]
     rows = g.n * int(np.prod(g.out_spatial))
     kvol = int(np.prod(g.kernel))
     traffic = float(sum(cost.tile_bytes(s) for s in ins) + sum(cost.tile_bytes(s) for s in outs))
@@ -372,6 +410,8 @@ def _conv_ns(
             traffic += 2 * (cost.tile_bytes(x) + cost.tile_bytes(outs[0]))
     else:
         gemm = (g.groups, rows, g.c_out // g.groups, g.c_in // g.groups * kvol)
+    if split is not None:
+        return split_ns([x, w], split, gemm, outs[0], card)
     return cost.matmul_ns(*gemm, fid, card, traffic)
 
 
@@ -432,7 +472,14 @@ def _weight_grad(
         pads = [0] * g.d
     weight = torch.empty(tuple(w_shape))
 
+    ieee = cardmath.torch_is_ieee("conv")
+
     def one(gr: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        if not ieee:  # torch's settings would let oneDNN cut float32 operands: float64 (see _ieee)
+            return _one(gr.double(), x.double(), weight.double()).float()
+        return _one(gr, x, weight)
+
+    def _one(gr: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return torch.ops.aten.convolution_backward(
             gr,
             x,
@@ -460,7 +507,9 @@ def _weight_grad(
 def conv_backward(call: SimCall) -> list[np.ndarray]:
     grad, x, w = call.inputs
     g = conv_geometry(x.shape, w.shape, call.attrs)
-    fid, acc = conv_numerics(call.numerics, call.in_specs[1].dtype, call.in_specs[2].dtype)  # type: ignore
+    gdt, xdt, wdt = (s.dtype for s in call.in_specs)  # type: ignore[union-attr]
+    fid, acc = conv_numerics(call.numerics, xdt, wdt)
+    split_gw, split_gx = split_counts(call.numerics, (gdt, wdt)), split_counts(call.numerics, (gdt, xdt))
     mask = call.attrs["output_mask"]
     outs: list[np.ndarray] = [np.zeros((0,), np.float32)] * 3
     gout = lambda t: _channels_first(t, g)  # noqa: E731  (grad_out is laid out like the output, i.e. like x)
@@ -468,11 +517,12 @@ def conv_backward(call: SimCall) -> list[np.ndarray]:
         if g.n == 0:
             outs[0] = np.zeros(x.shape, np.float32)
         else:
-            pairs = merged_products(grad, w, fid, acc)
+            pairs = operand_pairs(grad, w, fid, acc, split_gw)
             gs, ws = [gout(torch.from_numpy(p)) for p, _ in pairs], [torch.from_numpy(q) for _, q in pairs]
+            acc_i = acc or split_gw is not None
             if g.transposed:  # the adjoint of a transposed convolution is a plain one
                 gi = conv_forward(
-                    gs, ws, stride=g.stride, pads=g.padding, dilation=g.dilation, groups=g.groups, fp32_acc=acc
+                    gs, ws, stride=g.stride, pads=g.padding, dilation=g.dilation, groups=g.groups, fp32_acc=acc_i
                 )
                 gi = gi[(slice(None), slice(None), *(slice(0, s) for s in g.spatial))]
             else:
@@ -484,25 +534,35 @@ def conv_backward(call: SimCall) -> list[np.ndarray]:
                     out_spatial=g.spatial,
                     dilation=g.dilation,
                     groups=g.groups,
-                    fp32_acc=acc,
+                    fp32_acc=acc_i,
                 )
             outs[0] = _own_layout(gi, g)
     if mask[1]:
-        pairs = merged_products(grad, x, fid, acc)
+        pairs = operand_pairs(grad, x, fid, acc, split_gx)
         gs, xs = [gout(torch.from_numpy(p)) for p, _ in pairs], [gout(torch.from_numpy(q)) for _, q in pairs]
-        outs[1] = _weight_grad(gs, xs, w.shape, g, acc).numpy() if g.n else np.zeros(w.shape, np.float32)
+        acc_w = acc or split_gx is not None
+        outs[1] = _weight_grad(gs, xs, w.shape, g, acc_w).numpy() if g.n else np.zeros(w.shape, np.float32)
     if mask[2]:
         gc = gout(torch.from_numpy(np.ascontiguousarray(grad))).numpy()
         axes = (0, *range(2, gc.ndim))
-        outs[2] = (
-            cardmath.reduce_sum(gc, axes, fp32_acc=acc, fidelity=fid) if gc.size else np.zeros(g.c_out, np.float32)
-        )
+        if not gc.size:
+            outs[2] = np.zeros(g.c_out, np.float32)
+        elif gdt is DType.FLOAT32 and call.numerics.exact_sums:  # fp32 adds on the SFPU
+            outs[2] = np.sum(gc, axis=axes, dtype=np.float32)
+        else:
+            outs[2] = cardmath.reduce_sum(gc, axes, fp32_acc=acc, fidelity=fid)
     return outs
 
 
 # ----------------------------------------------------------------------------------------------- TT-NN (a card)
 def _host_weights(tt: Any, w: Any) -> Any:
-    """Conv weights as TT-NN's conv ops take them: a row-major host tensor, prepared by the op."""
+    """Conv weights as TT-NN's conv ops take them: a row-major host tensor, prepared by the op; a 1-d kernel
+    (O, I, K) as the 2-d (O, I, 1, K) of the height-1 convolution it runs as."""
+    shape = tuple(w.shape)
+    if len(shape) == 3:
+        w = tt.reshape(w, (*shape[:2], 1, shape[2]))
+    if w.dtype in (tt.bfloat8_b, tt.bfloat4_b):  # block floats exist in tiles only; their values all fit bfloat16
+        w = tt.typecast(w, tt.bfloat16)
     w = w if w.layout == tt.ROW_MAJOR_LAYOUT else tt.to_layout(w, tt.ROW_MAJOR_LAYOUT)
     return tt.from_device(w)
 
@@ -525,18 +585,29 @@ def conv_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs:
     weight = _host_weights(tt, w)
     bias = None
     if len(inputs) == 3:
-        if g.d == 3:  # conv3d takes a [1, 1, 1, 32, C] tile-padded bias on the device
-            bias = tt.to_layout(tt.reshape(inputs[2], (1, 1, 1, 1, g.c_out)), tt.TILE_LAYOUT)
+        if g.d == 3:  # conv3d takes a 2-d (1, C) bias on the device (0.81.1 checks the rank)
+            bias = tt.to_layout(tt.reshape(inputs[2], (1, g.c_out)), tt.TILE_LAYOUT)
         else:  # conv1d / conv2d prepare a [1, 1, 1, C] host bias themselves
             bias = tt.from_device(tt.to_layout(tt.reshape(inputs[2], (1, 1, 1, g.c_out)), tt.ROW_MAJOR_LAYOUT))
     dtype = ttnn_dtype(tt, out_specs[0].dtype)
     pads = [p for lo_hi in g.padding for p in lo_hi]  # (before, after) per dim: TT-NN's [top, bottom, left, right]
     if g.d == 3:
         x = tt.to_layout(x, tt.ROW_MAJOR_LAYOUT)
-        w5 = tt.experimental.prepare_conv3d_weights(weight_tensor=weight, groups=g.groups, device=dev)
+        # one C_in block of all input channels, padded with zero channels to the 16 L1 alignment TT-NN's conv3d
+        # needs (a zero channel adds exact zeros); TT-NN's default blocks and aligns C_in by 32
+        c_in = g.c_in // g.groups
+        block = -(-c_in // 16) * 16
+        if block != c_in:
+            if g.groups != 1:
+                raise KohakuTTUnsupportedOperator(f"conv: TT-NN's conv3d needs {c_in} channels per group to be a "
+                                                  "multiple of 16")  # fmt: skip
+            x = tt.pad(x, [(0, 0)] * 4 + [(0, block - c_in)], 0.0)
+        w5 = tt.experimental.prepare_conv3d_weights(weight_tensor=weight, groups=g.groups, C_in_block=block,
+                                                    alignment=16, device=dev)  # fmt: skip
         out = tt.experimental.conv3d(
             input_tensor=x,
             weight_tensor=w5,
+            config=tt.Conv3dConfig(C_in_block=block, alignment=16),
             device=dev,
             bias_tensor=bias,
             dtype=dtype,
@@ -581,4 +652,4 @@ def conv_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs:
     out = tt.reshape(out, (n, *g.out_spatial, g.c_out))  # TT-NN returns [1, 1, N*H*W, C]
     if not g.channels_last:
         out = tt.permute(out, (0, g.d + 1, *range(1, g.d + 1)))
-    return out if g.batched else tt.reshape(out, tuple(out.shape[1:]))
+    return out if g.batched else tt.reshape(out, tuple(out.shape)[1:])

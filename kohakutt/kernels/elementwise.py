@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from kohakutt.errors import DtypeError
+from kohakutt.errors import DtypeError, KohakuTTUnsupportedOperator
 from kohakutt.ir.defs.elementwise import BACKWARD, BINARY, UNARY, float_of, operand_dtype
 from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Fidelity, Numerics
@@ -514,9 +514,9 @@ TTNN_NAMES: tuple[str, ...] = (
     "divide", "remainder", "fmod", "pow", "atan2", "maximum", "minimum", "hypot", "logaddexp", "logaddexp2", "xlogy",
     "heaviside", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
     "logical_and", "logical_or", "logical_xor", "eq", "ne", "lt", "le", "gt", "ge", "isclose", "where", "addcmul",
-    "addcdiv", "lerp", "rsub", "full_like", "typecast", "Tensor.dtype", "float32", "bfloat16", "int32", "uint32",
-    "uint16", "uint8", "gelu_bw", "silu_bw", "elu_bw", "leaky_relu_bw", "hardtanh_bw", "softplus_bw",
-    "hardsigmoid_bw", "hardswish_bw",
+    "addcdiv", "lerp", "rsub", "full_like", "full", "GetDefaultDevice", "TILE_LAYOUT", "typecast", "Tensor.dtype",
+    "float32", "bfloat16", "bfloat8_b", "bfloat4_b", "int32", "uint32", "uint16", "uint8", "gelu_bw", "silu_bw",
+    "elu_bw", "leaky_relu_bw", "hardtanh_bw", "softplus_bw", "hardsigmoid_bw", "hardswish_bw",
 )
 # The keywords passed by name to each TT-NN callable.
 TTNN_SIGNATURES: dict[str, tuple[str, ...]] = {
@@ -528,7 +528,8 @@ TTNN_SIGNATURES: dict[str, tuple[str, ...]] = {
     "add": ("fast_and_approximate_mode",), "subtract": ("fast_and_approximate_mode",),
     "multiply": ("fast_and_approximate_mode",), "divide": ("rounding_mode", "fast_and_approximate_mode"),
     "isclose": ("rtol", "atol", "equal_nan"), "addcmul": ("value",), "addcdiv": ("value",),
-    "full_like": ("tensor", "fill_value"), "gelu_bw": ("variant",), "elu_bw": ("alpha",),
+    "full_like": ("tensor", "fill_value"), "full": ("shape", "fill_value", "dtype", "layout", "device"),
+    "gelu_bw": ("variant",), "elu_bw": ("alpha",),
     "leaky_relu_bw": ("negative_slope",), "hardtanh_bw": ("min", "max"), "softplus_bw": ("beta", "threshold"),
 }
 # fmt: on
@@ -555,9 +556,61 @@ def _like(inputs: Sequence[Any]) -> Any:
     return next(v for v in inputs if not isinstance(v, int | float | bool))
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float | bool)
+
+
+def _compute_dtype(tt: Any, inputs: Sequence[Any], spec: TensorSpec) -> Any:
+    """The one dtype every tensor operand is brought to (TT-NN's binary and ternary ops take no mixed dtypes):
+    a float result's own float dtype (bfloat16 for a block float), else the widest operand kind."""
+    if spec.dtype.is_float:
+        return tt.float32 if spec.dtype is DType.FLOAT32 else tt.bfloat16
+    kinds = [v.dtype for v in inputs if not _is_number(v)]
+    if tt.float32 in kinds:
+        return tt.float32
+    if any(k in (tt.bfloat16, tt.bfloat8_b, tt.bfloat4_b) for k in kinds):
+        return tt.bfloat16
+    return tt.uint32 if tt.uint32 in kinds else tt.int32
+
+
+# On integer operands TT-NN's rounding ops do not run (they are the identity there), and the sign and class tests
+# run on float32: exact, as int -> float32 keeps every value's sign and finiteness.
+_INT_IDENTITY = ("floor", "ceil", "trunc", "round")
+_INT_AS_FLOAT32 = ("sign", "signbit", "isnan", "isinf", "isfinite", "isposinf", "isneginf")
+_INT_REFUSED = ("pow", "round")  # integer results TT-NN computes on no integer path (round: negative decimals)
+
+
+def _from_numbers(tt: Any, op: str, inputs: list[Any], attrs: dict[str, Any], numerics: Numerics,
+                  spec: TensorSpec) -> Any:  # fmt: skip
+    """An op of Python numbers only: its value as the simulator's model of the card's op gives it, made on the host
+    and filled on the card (there is no tensor for TT-NN to compute on)."""
+    from kohakutt.ir.ops import ScalarSpec
+    from kohakutt.kernels import registry
+
+    model = registry.lookup(op, "sim", "ttnn")
+    assert model is not None, op
+    value = np.asarray(model.fn(SimCall(op, list(inputs), [ScalarSpec(v) for v in inputs], attrs, numerics, [spec])))
+    fill = value.reshape(-1)[0].item() if value.size else 0
+    return tt.full(shape=list(spec.shape), fill_value=fill, dtype=_tt_dtype(tt, spec.dtype), layout=tt.TILE_LAYOUT,
+                   device=tt.GetDefaultDevice())  # fmt: skip
+
+
 def _register_ttnn(op: str, fn: Callable[[Any, list[Any], dict[str, Any], Numerics], Any]) -> None:
     def run(tt: Any, inputs: list[Any], attrs: dict[str, Any], numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
-        return _cast(tt, fn(tt, list(inputs), attrs, numerics), out_specs[0])
+        spec = out_specs[0]
+        if all(_is_number(v) for v in inputs):
+            return _from_numbers(tt, op, list(inputs), attrs, numerics, spec)
+        dt = _compute_dtype(tt, inputs, spec)
+        integer = dt in (tt.int32, tt.uint32)
+        if integer and op in _INT_IDENTITY and attrs.get("decimals", 0) >= 0:
+            return _cast(tt, inputs[0], spec)
+        if integer and op in _INT_REFUSED:
+            raise KohakuTTUnsupportedOperator(f"{op}: TT-NN runs it on floats only, and float32 holds no int32 "
+                                              "exactly above 2^24; cast the operands to a float dtype")  # fmt: skip
+        if integer and op in _INT_AS_FLOAT32:
+            dt = tt.float32
+        operands = [v if _is_number(v) or v.dtype == dt else tt.typecast(v, dt) for v in inputs]
+        return _cast(tt, fn(tt, operands, attrs, numerics), spec)
 
     ttnn(op)(run)
 

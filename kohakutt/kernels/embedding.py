@@ -135,6 +135,11 @@ def embedding_backward_ktt(call: SimCall) -> np.ndarray:
 @ttnn("embedding")
 def tt_embedding(tt, inputs, attrs, numerics, out_specs):
     w, idx = inputs
+    if w.dtype in (tt.bfloat8_b, tt.bfloat4_b):
+        w = tt.typecast(w, tt.bfloat16)  # exact: a block float's values all fit bfloat16
+    elif w.dtype != tt.bfloat16:
+        raise KohakuTTUnsupportedOperator(f"embedding: TT-NN's embedding takes a bfloat16 table, not {w.dtype}; "
+                                          "cast the weight to bfloat16")  # fmt: skip
     n = int(np.prod(list(idx.shape)))
     flat = tt.reshape(tt.to_layout(tt_index(tt, idx), tt.ROW_MAJOR_LAYOUT), [1, n])
     out = tt.embedding(flat, w, layout=tt.TILE_LAYOUT, dtype=tt_dtype(tt, out_specs[0].dtype))

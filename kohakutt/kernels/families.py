@@ -14,5 +14,6 @@ from kohakutt.kernels import (  # noqa: F401
     random,
     reduce,
     softmax,
+    ttnn_io,
     wide,
 )

@@ -665,8 +665,6 @@ def tt_host_index(tt: Any, device: Any, flat: np.ndarray) -> Any:
 
 def tt_take(tt: Any, x: Any, flat: np.ndarray, spec: TensorSpec) -> Any:
     """out.flat = x.flat[flat] for positions known when the op is built: one TT-NN gather over x as a row."""
-    if not flat.size:
-        return tt.zeros(list(spec.shape), dtype=tt_dtype(tt, spec.dtype), layout=tt_layout(tt, spec), device=x.device())
     row = tt.to_layout(tt.reshape(x, [1, int(np.prod(list(x.shape)))]), tt.TILE_LAYOUT)
     out = tt.gather(row, -1, index=tt_host_index(tt, x.device(), flat))
     return tt_finish(tt, tt.reshape(out, list(spec.shape)), spec)
@@ -790,6 +788,8 @@ def tt_roll(tt, inputs, attrs, numerics, out_specs):
 def tt_repeat(tt, inputs, attrs, numerics, out_specs):
     x = inputs[0]
     reps = list(mdefs.ints(attrs["repeats"], "repeat", "repeats"))
+    if not reps:  # no repeats of a scalar: the scalar (TT-NN's repeat takes rank >= 1)
+        return tt_finish(tt, x, out_specs[0])
     x = tt.reshape(x, [1] * (len(reps) - len(x.shape)) + list(x.shape))
     return tt_finish(tt, tt.repeat(x, reps), out_specs[0])
 
@@ -823,7 +823,7 @@ def tt_gather(tt, inputs, attrs, numerics, out_specs):
     return tt_finish(tt, tt.gather(tt.to_layout(x, tt.TILE_LAYOUT), d, index=tt_index(tt, idx)), out_specs[0])
 
 
-_TT_REDUCE = {None: None, "sum": "add", "prod": "multiply", "amax": "amax", "amin": "amin"}
+_TT_REDUCE = {None: None, "sum": "add", "prod": "multiply"}  # TT-NN 0.81.1's scatter reduces by add or multiply
 
 
 @ttnn("scatter")
@@ -834,9 +834,15 @@ def tt_scatter(tt, inputs, attrs, numerics, out_specs):
             f"scatter: TT-NN's scatter has no reduce={attrs['reduce']!r} with include_self={attrs['include_self']}"
         )
     d = norm_dim(attrs["dim"], len(x.shape), "scatter")
+    if x.dtype == tt.float32:  # TT-NN's scatter takes float32 in row-major layout only (input and source)
+        x = tt.to_layout(x, tt.ROW_MAJOR_LAYOUT)
     if not hasattr(src, "shape"):
         src = tt.full(shape=list(idx.shape), fill_value=src, dtype=x.dtype, layout=x.layout, device=x.device())
-    out = tt.scatter(x, d, tt_index(tt, idx), src, reduce=_TT_REDUCE[attrs["reduce"]])
+    elif src.dtype == tt.float32:
+        src = tt.to_layout(src, tt.ROW_MAJOR_LAYOUT)
+    # a tiled int index has a length limit along dim: TT-NN takes the index row-major
+    index = tt.to_layout(tt_index(tt, idx), tt.ROW_MAJOR_LAYOUT)
+    out = tt.scatter(x, d, index, src, reduce=_TT_REDUCE[attrs["reduce"]])
     return tt_finish(tt, out, out_specs[0])
 
 
@@ -844,6 +850,10 @@ def tt_scatter(tt, inputs, attrs, numerics, out_specs):
 def tt_index_select(tt, inputs, attrs, numerics, out_specs):
     x, idx = inputs
     shape = list(out_specs[0].shape)
+    if len(shape) <= 1:  # TT-NN's gather and expand take rank >= 2: a vector (or scalar) gathers as one row
+        n, m = max(1, int(np.prod(list(x.shape)))), max(1, int(np.prod(list(idx.shape))))
+        row = tt.gather(tt.reshape(x, [1, n]), -1, index=tt_index(tt, tt.reshape(idx, [1, m])))
+        return tt_finish(tt, tt.reshape(row, shape), out_specs[0])
     d = norm_dim(attrs["dim"], len(shape), "index_select")
     col = tt.reshape(idx, [shape[d] if k == d else 1 for k in range(len(shape))])
     return tt_finish(
@@ -871,6 +881,8 @@ def tt_one_hot(tt, inputs, attrs, numerics, out_specs):
 def tt_sort(tt, inputs, attrs, numerics, out_specs):
     x = inputs[0]
     d = norm_dim(attrs["dim"], len(x.shape), "sort")
+    if x.dtype not in (tt.bfloat16, tt.float32):  # float32 holds no int32 exactly above 2^24: refuse, not reorder
+        raise KohakuTTUnsupportedOperator(f"sort: TT-NN's sort takes bfloat16 / float32 values, not {x.dtype}")
     vals, order = tt.sort(x, dim=d, descending=bool(attrs["descending"]), stable=bool(attrs["stable"]))
     return [tt_finish(tt, vals, out_specs[0]), tt_finish(tt, order, out_specs[1])]
 
@@ -925,6 +937,9 @@ def tt_ones(tt, inputs, attrs, numerics, out_specs, device=None):
 def tt_arange(tt, inputs, attrs, numerics, out_specs, device=None):
     start, end, step, _, _ = mdefs.arange_params(attrs)
     s = out_specs[0]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)):
+        # TT-NN's arange takes integer bounds only: fractional ones are made on the host, as the simulator does
+        return _tt_upload(tt, arange(SimCall("arange", [], [], attrs, numerics, out_specs)), s, device)
     out = tt.arange(
         start=start,
         end=end,

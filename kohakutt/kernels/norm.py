@@ -29,10 +29,12 @@ and ``.../moreh``):
 
 Provider "ktt": layer_norm, rms_norm and the fused add variants are Kohaku-TT's Metalium program
 (:mod:`kohakutt.kernels.programs.norm`; the fast path here runs its vectorized model, bit-exact with the program);
-rows wider than its L1 budget go to TT-NN's kernel, as they would on a card. float32 data enters the FPU as TF32
-(the fused add too), so its results carry about 2^-10 relative error (see the program's module docstring). The
-other ops compute in fp32 with float64-accumulated sums (two-pass statistics) and round once to the output dtype;
-they have no program yet.
+rows wider than its L1 budget go to TT-NN's kernel, as they would on a card. In that program float32 data enters
+the FPU as TF32 (the fused add too), so its results carry about 2^-10 relative error (see the program's module
+docstring): it runs for float32 only under ``fp32_reduce="tf32"``. By default float32 rows take the SFPU variant
+(:func:`sfpu_rowwise`): every step a float32 SFPU op, the statistics float32 sums, one rounding when stored; its
+program is not written yet (the sim runs its model). The other ops compute in fp32 with float64-accumulated sums
+(two-pass statistics) and round once to the output dtype; they have no program yet.
 """
 
 from __future__ import annotations
@@ -44,11 +46,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal.card import P150A, CardSpec
 from kohakutt.hal.layout import Format
 from kohakutt.ir.defs.norm import normalized, param_names
 from kohakutt.ir.dtypes import DType
-from kohakutt.ir.numerics import Fidelity, Numerics
+from kohakutt.ir.numerics import Fidelity, Numerics, replace
 from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath as cm
 from kohakutt.kernels import cost
@@ -69,8 +72,8 @@ from kohakutt.kernels.registry import SimCall, sim, ttnn
 TTNN_NAMES = (
     "layer_norm", "rms_norm", "moreh_group_norm", "batch_norm", "moreh_layer_norm_backward",
     "moreh_group_norm_backward", "add", "subtract", "multiply", "mean", "sum", "rsqrt", "reshape", "typecast",
-    "to_layout", "zeros_like", "clone", "TILE_LAYOUT", "float32", "bfloat16", "bfloat8_b", "bfloat4_b", "int32",
-    "uint32", "uint16", "uint8", "init_device_compute_kernel_config", "MathFidelity.LoFi", "MathFidelity.HiFi2",
+    "zeros_like", "zeros", "clone", "TILE_LAYOUT", "float32", "bfloat16", "bfloat8_b", "bfloat4_b", "int32", "uint32",
+    "uint16", "uint8", "init_device_compute_kernel_config", "MathFidelity.LoFi", "MathFidelity.HiFi2",
     "MathFidelity.HiFi3", "MathFidelity.HiFi4",
 )  # fmt: skip
 
@@ -210,8 +213,48 @@ def norm_config(call: SimCall, rms: bool, fused: bool) -> NormConfig:
                       p.get("b", fmts[0]), out)  # fmt: skip
 
 
+def sfpu_rowwise(call: SimCall, rms: bool, fused: bool) -> list[np.ndarray]:
+    """The own layer / RMS norm for float32 data: ``s = x (+ residual)`` (stored in the output dtype), the mean and
+    the mean square of ``s - mean`` as float32 SFPU sums times fp32 ``1/W``, ``rstd = rsqrt(var + eps)`` correctly
+    rounded, then ``(s - mean) * rstd * w + b`` as float32 SFPU ops; y left in fp32 for the store's rounding."""
+    _, rows, width = _rows_of(call)
+    outs = call.out_specs
+    x = np.asarray(call.inputs[0], F32)
+    if x.size == 0 or width == 0:
+        return [_empty(s, 0.0 if i < 1 + fused else np.nan) for i, s in enumerate(outs)]
+    p = _params(call, 2 if fused else 1)
+    s = x.reshape(rows, width)
+    result: dict[str, np.ndarray] = {}
+    with np.errstate(over="ignore", invalid="ignore"):
+        if fused:
+            s = cm.round_to(s + np.asarray(call.inputs[1], F32).reshape(rows, width), _out_fmt(outs[1]))
+            result["s"] = s
+        inv_w = F32(1.0 / width)
+        if rms:
+            d = s
+        else:
+            mean = np.sum(s, axis=1, dtype=F32) * inv_w
+            d = s - mean[:, None]
+            result["mean"] = mean
+        var = np.sum(d * d, axis=1, dtype=F32) * inv_w
+        rstd = cm.sfpu("rsqrt", var + F32(_eps(call)))
+        result["rstd"] = rstd
+        y = d * rstd[:, None]
+        if "w" in p:
+            y = y * p["w"].reshape(1, width)
+        if "b" in p:
+            y = y + p["b"].reshape(1, width)
+    result["y"] = y
+    names = ["y"] + (["s"] if fused else []) + ([] if rms else ["mean"]) + ["rstd"]
+    return [result[n].reshape(sp.shape) if sp.numel else _empty(sp) for n, sp in zip(names, outs)]
+
+
 def ktt_rowwise(call: SimCall, rms: bool, fused: bool) -> list[np.ndarray]:
-    """Kohaku-TT's layer / RMS norm program (its vectorized model): fp32 statistics, one rounding."""
+    """Kohaku-TT's layer / RMS norm: float32 data on the SFPU (:func:`sfpu_rowwise`) unless ``fp32_reduce="tf32"``,
+    else the program (its vectorized model): fp32 statistics, one rounding."""
+    if call.numerics.exact_sums and any(sp.dtype is DType.FLOAT32 for sp in (*call.in_specs[: 1 + fused],
+                                                                             call.out_specs[0])):  # fmt: skip
+        return sfpu_rowwise(call, rms, fused)
     _, rows, width = _rows_of(call)
     cfg = norm_config(call, rms, fused)
     if width > max_width(cfg.x_fmt, fused, cfg.out_fmt, ROW_L1):
@@ -366,7 +409,7 @@ def ttnn_batch_norm(call: SimCall) -> list[np.ndarray]:
     fmt = storage(dt)
     acc = fp32_acc_of(call.numerics, default=dt is DType.FLOAT32)
     fid = fidelity_of(call.numerics)
-    num = Numerics(fid, acc, call.numerics.approx)
+    num = replace(call.numerics, fidelity=fid, fp32_acc=acc)
     shape4 = _nchw(x.shape)
     x4 = x.reshape(shape4)
     c = shape4[1]
@@ -515,7 +558,7 @@ def ttnn_rms_norm_backward(call: SimCall) -> list[np.ndarray]:
     dt = call.in_specs[1].dtype
     fmt = storage(dt)
     acc, fid = fp32_acc_of(call.numerics, default=dt is DType.FLOAT32), fidelity_of(call.numerics)
-    num = Numerics(fid, acc, call.numerics.approx)
+    num = replace(call.numerics, fidelity=fid, fp32_acc=acc)
 
     def mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return cm.round_to(cm.multiply(a, b, fidelity=fid, fp32_acc=acc), fmt)
@@ -639,7 +682,7 @@ def ttnn_batch_norm_backward(call: SimCall) -> list[np.ndarray]:
     dt = call.in_specs[1].dtype
     fmt = storage(dt)
     acc, fid = fp32_acc_of(call.numerics, default=dt is DType.FLOAT32), fidelity_of(call.numerics)
-    num = Numerics(fid, acc, call.numerics.approx)
+    num = replace(call.numerics, fidelity=fid, fp32_acc=acc)
     shape4 = _nchw(x.shape)
     c = shape4[1]
     chan = (1, c, 1, 1)
@@ -695,7 +738,8 @@ for _op, _rms, _fused in (("layer_norm", False, False), ("add_layer_norm", False
     _fwd_cost = norm_cost(1 if _rms else 2, 3 + _fused + (0 if _rms else 1), 2)
     sim(_op, estimate=_fwd_cost)(lambda call, _r=_rms, _f=_fused: ttnn_rowwise(call, _r, _f))
     sim(_op, provider="ktt", estimate=_fwd_cost, program=_program)(
-        lambda call, _r=_rms, _f=_fused: ktt_rowwise(call, _r, _f))
+        lambda call, _r=_rms, _f=_fused: ktt_rowwise(call, _r, _f)
+    )
 
 sim("layer_norm_backward", estimate=norm_cost(3, 7, 0, launches=2))(ttnn_layer_norm_backward)
 sim("layer_norm_backward", provider="ktt", estimate=norm_cost(3, 7, 0))(lambda c: ktt_row_backward(c, False))
@@ -712,14 +756,10 @@ sim("batch_norm_backward", provider="ktt", estimate=norm_cost(3, 6, 0))(ktt_batc
 
 
 # ------------------------------------------------------------------------------------------ real card: TT-NN
-def _tiled(tt: Any, t: Any) -> Any:
-    return t if t is None or t.layout == tt.TILE_LAYOUT else tt.to_layout(t, tt.TILE_LAYOUT)
-
-
 def _tt_params(tt: Any, inputs: list, attrs: dict, n_in: int, op: str, allowed: str, shape: tuple[int, ...]) -> dict:
     """The parameter operands by letter, reshaped to ``shape`` in tile layout."""
     names = param_names(attrs["params"], len(inputs) - n_in, op, allowed)
-    return {c: _tiled(tt, tt.reshape(t, shape)) for c, t in zip(names, inputs[n_in:])}
+    return {c: tt.reshape(t, shape) for c, t in zip(names, inputs[n_in:])}
 
 
 def _tt_eps(attrs: dict, x: Any, tt: Any) -> float:
@@ -735,8 +775,8 @@ def _tt_rowwise(op: str, rms: bool, fused: bool):
         axis = normalized(shape, attrs["normalized_shape"], op)
         width = math.prod(shape[axis:])
         flat = (*shape[:axis], width) if axis else (1, width)
-        xr = _tiled(tt, tt.reshape(x, flat))
-        rr = _tiled(tt, tt.reshape(inputs[1], flat)) if fused else None
+        xr = tt.reshape(x, flat)
+        rr = tt.reshape(inputs[1], flat) if fused else None
         p = _tt_params(tt, inputs, attrs, 2 if fused else 1, op, "wb", (1, width))
         eps = _tt_eps(attrs, x, tt)
         norm = tt.rms_norm if rms else tt.layer_norm
@@ -768,8 +808,21 @@ for _op, _rms, _fused in (("layer_norm", False, False), ("add_layer_norm", False
     ttnn(_op)(_tt_rowwise(_op, _rms, _fused))
 
 
+def _tt_bf16(tt: Any, op: str, **tensors: Any) -> dict[str, Any]:
+    """The tensors (None kept) in bfloat16, which TT-NN's moreh norms take only: block floats widen exactly;
+    float32 and integers are refused, not rounded."""
+    out = {}
+    for name, t in tensors.items():
+        if t is not None and t.dtype in (tt.bfloat8_b, tt.bfloat4_b):
+            t = tt.typecast(t, tt.bfloat16)
+        elif t is not None and t.dtype != tt.bfloat16:
+            raise KohakuTTUnsupportedOperator(f"{op}: TT-NN's kernel takes bfloat16 only; {name} is {t.dtype}")
+        out[name] = t
+    return out
+
+
 def _tt_nchw(tt: Any, t: Any) -> Any:
-    return _tiled(tt, tt.reshape(t, _nchw(tuple(t.shape))))
+    return tt.reshape(t, _nchw(tuple(t.shape)))
 
 
 @ttnn("group_norm")
@@ -777,13 +830,17 @@ def group_norm_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, out_specs
     x = inputs[0]
     c = x.shape[1]
     p = _tt_params(tt, inputs, attrs, 1, "group_norm", "wb", (1, 1, 1, c))
+    t = _tt_bf16(tt, "group_norm", x=_tt_nchw(tt, x), w=p.get("w"), b=p.get("b"))
     y, mean, rstd = tt.moreh_group_norm(
-        _tt_nchw(tt, x), int(attrs["num_groups"]), eps=float(attrs["eps"]), gamma=p.get("w"), beta=p.get("b"),
+        t["x"], int(attrs["num_groups"]), eps=float(attrs["eps"]), gamma=t["w"], beta=t["b"],
         are_required_outputs=[True, True, True], compute_kernel_config=kernel_config(tt, x, num, fp32_acc=False,
                                                                                      approx=True))  # fmt: skip
     stat = out_specs[1].shape
-    return [tt.reshape(as_dtype(tt, y, out_specs[0].dtype), tuple(x.shape)),
-            tt.reshape(tt.typecast(mean, tt.float32), stat), tt.reshape(tt.typecast(rstd, tt.float32), stat)]
+    return [
+        tt.reshape(as_dtype(tt, y, out_specs[0].dtype), tuple(x.shape)),
+        tt.reshape(tt.typecast(mean, tt.float32), stat),
+        tt.reshape(tt.typecast(rstd, tt.float32), stat),
+    ]
 
 
 @ttnn("batch_norm")
@@ -795,6 +852,8 @@ def batch_norm_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, out_specs
     training = bool(attrs["training"])
     eps = float(attrs["eps"])
     cfg = kernel_config(tt, x, num, fp32_acc=x.dtype == tt.float32)
+    wide = tt.float32 if any(t.dtype == tt.float32 for t in p.values()) else tt.bfloat16
+    p = {k: t if t.dtype == wide else tt.typecast(t, wide) for k, t in p.items()}  # one dtype for all parameters
     running = {k: tt.clone(p[k]) for k in "mv" if k in p and training}  # ttnn.batch_norm updates them in place
     y = tt.batch_norm(x4, running_mean=running.get("m", p.get("m")), running_var=running.get("v", p.get("v")),
                       training=training, eps=eps, momentum=float(attrs["momentum"]), weight=p.get("w"),
@@ -817,12 +876,20 @@ def layer_norm_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, 
     axis = normalized(shape, attrs["normalized_shape"], "layer_norm_backward")
     p = _tt_params(tt, inputs, attrs, 4, "layer_norm_backward", "wb", shape[axis:] or (1,))
     mask = attrs["output_mask"]
-    w = p.get("w")
+    stat = shape[:axis] or (1,)  # TT-NN takes the statistics without the normalized dims' trailing 1s
+    t = _tt_bf16(tt, "layer_norm_backward", g=g, x=x, mean=tt.reshape(mean, stat), rstd=tt.reshape(rstd, stat),
+                 w=p.get("w"))  # fmt: skip
+    g, x, mean, rstd, w = t["g"], t["x"], t["mean"], t["rstd"], t["w"]
+
+    def grad(i: int) -> Any:  # the output buffer TT-NN writes grad i into
+        if not mask[i]:
+            return None
+        if i == 0:
+            return tt.zeros_like(x)
+        return tt.zeros(shape=list(out_specs[i].shape), dtype=x.dtype, layout=tt.TILE_LAYOUT, device=x.device())
+
     return tt.moreh_layer_norm_backward(
-        _tiled(tt, g), _tiled(tt, x), _tiled(tt, mean), _tiled(tt, rstd), len(shape) - axis, gamma=w,
-        input_grad=tt.zeros_like(x) if mask[0] else None,
-        gamma_grad=tt.zeros_like(w if w is not None else tt.reshape(x, shape)) if mask[1] else None,
-        beta_grad=tt.zeros_like(w if w is not None else tt.reshape(x, shape)) if mask[2] else None,
+        g, x, mean, rstd, len(shape) - axis, gamma=w, input_grad=grad(0), gamma_grad=grad(1), beta_grad=grad(2),
         compute_kernel_config=kernel_config(tt, x, num, fp32_acc=False, approx=True))  # fmt: skip
 
 
@@ -833,9 +900,11 @@ def group_norm_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, 
     p = _tt_params(tt, inputs, attrs, 4, "group_norm_backward", "w", (1, 1, 1, c))
     groups = int(attrs["num_groups"])
     stat = (1, 1, x.shape[0], groups)
+    t = _tt_bf16(tt, "group_norm_backward", g=_tt_nchw(tt, g), x=_tt_nchw(tt, x), mean=tt.reshape(mean, stat),
+                 rstd=tt.reshape(rstd, stat), w=p.get("w"))  # fmt: skip
     dx, dw, db = tt.moreh_group_norm_backward(
-        _tt_nchw(tt, g), _tt_nchw(tt, x), _tiled(tt, tt.reshape(mean, stat)), _tiled(tt, tt.reshape(rstd, stat)),
-        groups, are_required_outputs=list(attrs["output_mask"]), gamma=p.get("w"),
+        t["g"], t["x"], t["mean"], t["rstd"],
+        groups, are_required_outputs=list(attrs["output_mask"]), gamma=t["w"],
         compute_kernel_config=kernel_config(tt, x, num, fp32_acc=False, approx=True))  # fmt: skip
     return [None if t is None else tt.reshape(t, s.shape) for t, s in zip((dx, dw, db), out_specs)]
 
@@ -847,7 +916,7 @@ def _tt_rms_backward(tt: Any, inputs: list, attrs: dict, num: Numerics, out_spec
     width = math.prod(shape[axis:])
     flat = (math.prod(shape[:axis]), width)
     p = _tt_params(tt, inputs, attrs, 3, "rms_norm_backward", "wb", (1, width))
-    g2, x2, r2 = (_tiled(tt, tt.reshape(t, s)) for t, s in ((g, flat), (x, flat), (rstd, (flat[0], 1))))
+    g2, x2, r2 = (tt.reshape(t, s) for t, s in ((g, flat), (x, flat), (rstd, (flat[0], 1))))
     cfg = kernel_config(tt, x, num, fp32_acc=x.dtype == tt.float32)
     xhat = tt.multiply(x2, r2)
     gw = tt.multiply(g2, p["w"]) if "w" in p else g2
@@ -869,8 +938,8 @@ def batch_norm_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, 
     p = _tt_params(tt, inputs, attrs, 4, "batch_norm_backward", "w", (1, c, 1, 1))
     chan = (1, c, 1, 1)
     g4, x4 = _tt_nchw(tt, g), _tt_nchw(tt, x)
-    mean4 = _tiled(tt, tt.reshape(mean, chan))
-    inv = _tiled(tt, tt.reshape(second, chan))
+    mean4 = tt.reshape(mean, chan)
+    inv = tt.reshape(second, chan)
     if not attrs["training"]:
         inv = tt.rsqrt(tt.add(inv, float(attrs["eps"])))
     scale = tt.multiply(inv, p["w"]) if "w" in p else inv

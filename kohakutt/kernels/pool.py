@@ -31,7 +31,8 @@ from kohakutt.kernels.registry import SimCall, sim, ttnn
 
 TTNN_NAMES = (
     "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d", "permute", "reshape", "typecast",
-    "to_layout", "ROW_MAJOR_LAYOUT", "int32", "init_device_compute_kernel_config",
+    "to_layout", "to_memory_config", "DRAM_MEMORY_CONFIG", "ROW_MAJOR_LAYOUT", "int32",
+    "init_device_compute_kernel_config",
     *FIDELITY_AND_DTYPE_NAMES,
 )  # fmt: skip
 
@@ -191,7 +192,7 @@ def _adaptive_avg(call: SimCall, provider: str) -> np.ndarray:
         for dim, (size, (start, end)) in enumerate(zip(spatial, ranges)):  # a 0/1 window matrix per pooled dim
             pos = np.arange(size)[:, None]
             sel = torch.from_numpy(((pos >= start) & (pos < end)).astype(np.float32))
-            t = torch.movedim(torch.movedim(t, 2 + dim, -1) @ sel, -1, 2 + dim)
+            t = torch.movedim(cardmath.engine_matmul(torch.movedim(t, 2 + dim, -1), sel), -1, 2 + dim)
         return t
 
     if provider == "ttnn":
@@ -318,8 +319,15 @@ def adaptive_avg_pool_backward(call: SimCall) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------- TT-NN (a card)
-def _to_rows(tt: Any, x: Any, lead: Sequence[int], spatial: Sequence[int]) -> tuple[Any, int, int, int, int]:
-    """NCHW (or CHW, NCL) to TT-NN's pooling input [1, 1, N*H*W, C]; returns it with (N, H, W, C)."""
+def _to_rows(tt: Any, x: Any, lead: Sequence[int], spatial: Sequence[int], op: str = "pool"
+             ) -> tuple[Any, int, int, int, int]:  # fmt: skip
+    """NCHW (or CHW, NCL) to TT-NN's pooling input [1, 1, N*H*W, C]; returns it with (N, H, W, C). TT-NN's pools
+    compute and return bfloat16 (or block floats) only: another dtype is refused, not rounded."""
+    if x.dtype in (tt.bfloat8_b, tt.bfloat4_b):
+        x = tt.typecast(x, tt.bfloat16)  # exact: a block float's values all fit bfloat16
+    elif x.dtype != tt.bfloat16:
+        raise KohakuTTUnsupportedOperator(f"{op}: TT-NN's pools take and return bfloat16 only, not {x.dtype}; "
+                                          "cast the input to bfloat16")  # fmt: skip
     n, c = (lead[0], lead[1]) if len(lead) == 2 else (1, lead[0])
     h, w = (1, spatial[0]) if len(spatial) == 1 else spatial
     x = tt.reshape(x, (n, c, h, w))
@@ -329,6 +337,7 @@ def _to_rows(tt: Any, x: Any, lead: Sequence[int], spatial: Sequence[int]) -> tu
 
 def _from_rows(tt: Any, y: Any, lead: Sequence[int], n: int, c: int, out: Sequence[int]) -> Any:
     ho, wo = (1, out[0]) if len(out) == 1 else out
+    y = tt.to_memory_config(y, tt.DRAM_MEMORY_CONFIG)  # pools return L1-sharded rows, which reshape cannot take
     y = tt.permute(tt.reshape(y, (n, ho, wo, c)), (0, 3, 1, 2))
     return tt.reshape(y, (*lead, *out))
 
@@ -338,7 +347,7 @@ def max_pool_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_sp
     g = pool_geometry(tuple(inputs[0].shape), attrs, "max_pool")
     if g.d == 3:
         raise KohakuTTUnsupportedOperator("max_pool: TT-NN has no 3-d max pool")
-    x, n, h, w, c = _to_rows(tt, inputs[0], g.lead, g.spatial)
+    x, n, h, w, c = _to_rows(tt, inputs[0], g.lead, g.spatial, "max_pool")
     res = tt.max_pool2d(
         x,
         n,
@@ -366,7 +375,7 @@ def avg_pool_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_sp
     if g.d == 3:
         raise KohakuTTUnsupportedOperator("avg_pool: TT-NN has no 3-d average pool")
     fid, acc = pool_numerics(numerics, g.window)
-    x, n, h, w, c = _to_rows(tt, inputs[0], g.lead, g.spatial)
+    x, n, h, w, c = _to_rows(tt, inputs[0], g.lead, g.spatial, "avg_pool")
     res = tt.avg_pool2d(
         x,
         n,
@@ -385,13 +394,23 @@ def avg_pool_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_sp
     return _from_rows(tt, res, g.lead, n, c, g.out_spatial)
 
 
+def _uniform_windows(spatial: Sequence[int], out: Sequence[int], op: str) -> None:
+    """TT-NN's adaptive pools run one window size and stride per dim: refuse sizes that need varying windows."""
+    if any(o == 0 or i % o for i, o in zip(spatial, out)):
+        raise KohakuTTUnsupportedOperator(
+            f"{op}: TT-NN's adaptive pools need every input size divisible by its output size (one window per dim); "
+            f"got {tuple(spatial)} -> {tuple(out)}"
+        )
+
+
 @ttnn("adaptive_avg_pool")
 def adaptive_avg_pool_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
     _, lead, spatial, out = adaptive_geometry(tuple(inputs[0].shape), attrs["output_size"], "adaptive_avg_pool")
     if len(spatial) == 3:
         raise KohakuTTUnsupportedOperator("adaptive_avg_pool: TT-NN has no 3-d adaptive pool")
+    _uniform_windows(spatial, out, "adaptive_avg_pool")
     fid, acc = pool_numerics(numerics, math.prod(spatial) // math.prod(out))
-    x, n, h, w, c = _to_rows(tt, inputs[0], lead, spatial)
+    x, n, h, w, c = _to_rows(tt, inputs[0], lead, spatial, "adaptive_avg_pool")
     res = tt.adaptive_avg_pool2d(
         x,
         n,
@@ -409,6 +428,7 @@ def adaptive_max_pool_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numeric
     _, lead, spatial, out = adaptive_geometry(tuple(inputs[0].shape), attrs["output_size"], "adaptive_max_pool")
     if len(spatial) == 3 or attrs["return_indices"]:
         raise KohakuTTUnsupportedOperator("adaptive_max_pool: TT-NN runs 2-d windows without indices only")
-    x, n, h, w, c = _to_rows(tt, inputs[0], lead, spatial)
+    _uniform_windows(spatial, out, "adaptive_max_pool")
+    x, n, h, w, c = _to_rows(tt, inputs[0], lead, spatial, "adaptive_max_pool")
     res = tt.adaptive_max_pool2d(x, n, h, w, c, list(_pair(out, len(out), 1)))
     return _from_rows(tt, res, lead, n, c, out)

@@ -167,7 +167,8 @@ def multinomial(call: SimCall) -> np.ndarray:
 # but not the simulator's numbers. These take the device and the op's stream position as keywords.
 TTNN_NAMES: tuple[str, ...] = (
     "rand", "randn", "bernoulli", "experimental.dropout", "full_like", "ones_like", "multiply", "add", "floor",
-    "typecast", "ne", "sort", "reshape", "float32", "bfloat16", "int32", "uint8", "TILE_LAYOUT", "ROW_MAJOR_LAYOUT",
+    "typecast", "ne", "sort", "reshape", "GetDefaultDevice", "float32", "bfloat16", "int32", "uint8", "TILE_LAYOUT",
+    "ROW_MAJOR_LAYOUT",
 )  # fmt: skip
 TTNN_SIGNATURES: dict[str, tuple[str, ...]] = {
     "rand": ("dtype", "layout", "low", "high", "seed"),
@@ -176,6 +177,7 @@ TTNN_SIGNATURES: dict[str, tuple[str, ...]] = {
     "experimental.dropout": ("seed", "probability", "scale"),
     "full_like": ("tensor", "fill_value"),
     "sort": ("dim",),
+    "ones_like": ("dtype",),
 }
 
 
@@ -189,11 +191,16 @@ def _tt_dtype(tt: Any, dtype: DType) -> Any:
     return tt.uint8 if dtype is DType.BOOL else getattr(tt, dtype.value)
 
 
+def _device(tt: Any, device: Any) -> Any:
+    """The card to make values on: ``device``, else TT-NN's default device (the ttnn backend sets it at open)."""
+    return device if device is not None else tt.GetDefaultDevice()
+
+
 @ttnn("uniform", random=True)
 def tt_uniform(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec], *,
                device: Any = None, seed: tuple[int, int] = (0, 0)) -> Any:  # fmt: skip
     spec = out_specs[0]
-    return tt.rand(list(spec.shape), device, dtype=_tt_dtype(tt, spec.dtype), layout=tt.TILE_LAYOUT,
+    return tt.rand(list(spec.shape), _device(tt, device), dtype=_tt_dtype(tt, spec.dtype), layout=tt.TILE_LAYOUT,
                    low=attrs["low"], high=attrs["high"], seed=tt_seed(seed))  # fmt: skip
 
 
@@ -201,7 +208,7 @@ def tt_uniform(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs
 def tt_normal(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec], *,
               device: Any = None, seed: tuple[int, int] = (0, 0)) -> Any:  # fmt: skip
     spec = out_specs[0]
-    z = tt.randn(list(spec.shape), device=device, dtype=_tt_dtype(tt, spec.dtype), layout=tt.TILE_LAYOUT,
+    z = tt.randn(list(spec.shape), device=_device(tt, device), dtype=_tt_dtype(tt, spec.dtype), layout=tt.TILE_LAYOUT,
                  seed=tt_seed(seed))  # fmt: skip
     return tt.add(tt.multiply(z, attrs["std"]), attrs["mean"])
 
@@ -210,7 +217,7 @@ def tt_normal(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs:
 def tt_randint(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec], *,
                device: Any = None, seed: tuple[int, int] = (0, 0)) -> Any:  # fmt: skip
     spec = out_specs[0]
-    u = tt.rand(list(spec.shape), device, dtype=tt.float32, layout=tt.TILE_LAYOUT, low=float(attrs["low"]),
+    u = tt.rand(list(spec.shape), _device(tt, device), dtype=tt.float32, layout=tt.TILE_LAYOUT, low=float(attrs["low"]),
                 high=float(attrs["high"]), seed=tt_seed(seed))  # fmt: skip
     return tt.typecast(tt.floor(u), _tt_dtype(tt, spec.dtype))
 
@@ -219,7 +226,7 @@ def tt_randint(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs
 def tt_randperm(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec], *,
                 device: Any = None, seed: tuple[int, int] = (0, 0)) -> Any:  # fmt: skip
     n = out_specs[0].shape[0]
-    keys = tt.rand([1, n], device, dtype=tt.float32, layout=tt.TILE_LAYOUT, seed=tt_seed(seed))
+    keys = tt.rand([1, n], _device(tt, device), dtype=tt.float32, layout=tt.TILE_LAYOUT, seed=tt_seed(seed))
     _, order = tt.sort(keys, dim=-1)
     return tt.reshape(tt.typecast(order, tt.int32), [n])
 
@@ -240,6 +247,10 @@ def tt_dropout(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs
         return [x, tt.typecast(tt.ones_like(x), tt.uint8)]
     s = tt_seed(seed)
     scale = 1.0 / (1.0 - p) if p < 1.0 else 0.0
-    out = tt.experimental.dropout(x, seed=s, probability=p, scale=scale)
-    kept = tt.experimental.dropout(tt.ones_like(x), seed=s, probability=p, scale=1.0)  # the same draws: the mask
+    # the same draws give the mask; TT-NN's dropout returns bfloat16, so another dtype takes the mask in its own
+    kept = tt.experimental.dropout(tt.ones_like(x, dtype=tt.bfloat16), seed=s, probability=p, scale=1.0)
+    if x.dtype == tt.bfloat16:
+        out = tt.experimental.dropout(x, seed=s, probability=p, scale=scale)
+    else:
+        out = tt.multiply(tt.multiply(x, tt.typecast(kept, x.dtype)), scale)
     return [out, tt.typecast(tt.ne(kept, 0.0), tt.uint8)]

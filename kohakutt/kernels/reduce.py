@@ -1,5 +1,10 @@
 """The reduce family: the simulator's models of TT-NN's reduce kernels (provider "ttnn"), Kohaku-TT's own kernels
-where TT-NN rounds too much (provider "ktt": mean, logsumexp), and the real-card TT-NN calls.
+where TT-NN rounds too much (provider "ktt": sum, mean, prod, logsumexp, vector_norm), and the real-card TT-NN calls.
+
+The own kernels sum float32 data with float32 adds on the SFPU (the data copied into an fp32 DST unchanged, tiles
+added element-wise, then SFPU column sums; the order of the adds is left to the model: NumPy's pairwise float32 sum)
+unless the numerics say ``fp32_reduce="tf32"``: then float32 data takes the FPU reduce, which reads it as TF32.
+Other float formats always take the FPU reduce, whose products with a 1.0 scaler are exact for them.
 
 What the "ttnn" models follow (tt-metal / TT-NN 0.81.1, ``ttnn/operations/reduction/generic``):
 - A float sum or mean is a chain of TT-NN steps. Over H and / or W only (the last two dims): one program. Otherwise
@@ -26,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal.card import CardSpec
 from kohakutt.ir.defs.reduce import one_dim, reduced_dims
 from kohakutt.ir.dtypes import DType
@@ -34,6 +40,7 @@ from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath as cm
 from kohakutt.kernels import cost
 from kohakutt.kernels.registry import SimCall, sim, ttnn
+from kohakutt.kernels.ttnn_io import STORED
 
 TILE = 32
 
@@ -219,6 +226,26 @@ def reduce_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numer
     return cost.LAUNCH_NS + max(cost.dram_ns(traffic, card), cost.compute_ns(work, cycles, card))
 
 
+SFPU_SUM_CYCLES = cost.FPU_TILE_CYCLES + cost.SFPU_TILE_CYCLES  # a tile copied into DST, then one SFPU add
+SFPU_COLUMN_CYCLES = 4 * cost.SFPU_TILE_CYCLES  # the SFPU's sums down a tile's columns (loads, adds, transposes)
+
+
+def own_reduce_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numerics, card: CardSpec) -> float:
+    """The own kernels: float32 data summed on the SFPU (a copy and an add per input tile, a column reduce per output
+    tile) unless ``fp32_reduce="tf32"``; other formats (and "tf32") as :func:`reduce_cost`."""
+    if not (exact_fp32(ins[0]) and num.exact_sums):
+        return reduce_cost(ins, outs, attrs, num, card)
+    traffic = sum(cost.tile_bytes(s) for s in ins) + sum(cost.tile_bytes(s) for s in outs)
+    busy = max(cost.compute_ns(cost.tiles(ins[0]), SFPU_SUM_CYCLES, card),
+               cost.compute_ns(sum(cost.tiles(s) for s in outs), SFPU_COLUMN_CYCLES, card))  # fmt: skip
+    return cost.LAUNCH_NS + max(cost.dram_ns(traffic, card), busy)
+
+
+def exact_fp32(spec: Spec) -> bool:
+    """Whether ``spec`` is float32 data (the own kernels sum it on the SFPU unless ``fp32_reduce="tf32"``)."""
+    return isinstance(spec, TensorSpec) and spec.dtype is DType.FLOAT32
+
+
 def chain_cost(steps: int):
     """The cost of a composite of ``steps`` full passes over the input (TT-NN op chains)."""
 
@@ -250,15 +277,26 @@ def mean_ttnn(call: SimCall) -> np.ndarray:
 
 
 def fp32_total(r: Reduction, num: Numerics) -> np.ndarray:
-    """The own kernels' sum: fp32 inputs accumulate on the SFPU in fp32; others on the FPU with a 1.0 scaler into an
-    fp32 DST, over all dims in one program (no rounding between steps)."""
+    """The own kernels' sum: fp32 inputs accumulate on the SFPU in fp32 (unless ``fp32_reduce="tf32"``); others on
+    the FPU with a 1.0 scaler into an fp32 DST, over all dims in one program (no rounding between steps)."""
     x = r.x.astype(np.float32, copy=False)
-    if r.fmt == "float32":
+    if r.fmt == "float32" and num.exact_sums:
         return np.sum(x, axis=r.dims, keepdims=True, dtype=np.float32)
     return cm.reduce_sum(x, r.dims, fp32_acc_of(num), fidelity=fidelity_of(num), keepdims=True)
 
 
-@sim("mean", provider="ktt", estimate=reduce_cost)
+@sim("sum", provider="ktt", estimate=own_reduce_cost)
+def sum_ktt(call: SimCall) -> np.ndarray:
+    r = reduction(call)
+    done = r.empty(0)
+    if done is not None:
+        return done
+    if not r.out.dtype.is_float:
+        return r.shaped(int_total(r))
+    return r.shaped(fp32_total(r, call.numerics))
+
+
+@sim("mean", provider="ktt", estimate=own_reduce_cost)
 def mean_ktt(call: SimCall) -> np.ndarray:
     r = reduction(call)
     done = r.empty(np.nan)
@@ -346,17 +384,37 @@ def tree_product(steps: np.ndarray, num: Numerics) -> np.ndarray:
     return y[0]
 
 
-@sim("prod", estimate=reduce_cost)
-def prod(call: SimCall) -> np.ndarray:
-    r = reduction(call)
-    done = r.empty(1)
-    if done is not None:
-        return done
-    if not r.out.dtype.is_float:
-        return r.shaped(np.prod(r.x.astype(np.int64), axis=r.dims, keepdims=True).astype(r.out.dtype.compute))
-    if not r.dims:
-        return r.shaped(r.x)
-    return r.shaped(_keep(tree_product(_leading(r.x, r.dims), call.numerics), r.x.shape, r.dims))
+def _prod_op(own: bool):
+    def fn(call: SimCall) -> np.ndarray:
+        r = reduction(call)
+        done = r.empty(1)
+        if done is not None:
+            return done
+        if not r.out.dtype.is_float:
+            return r.shaped(np.prod(r.x.astype(np.int64), axis=r.dims, keepdims=True).astype(r.out.dtype.compute))
+        if not r.dims:
+            return r.shaped(r.x)
+        steps = _leading(r.x, r.dims)
+        if own and r.fmt == "float32" and call.numerics.exact_sums:
+            return r.shaped(_keep(sfpu_tree_product(steps), r.x.shape, r.dims))
+        return r.shaped(_keep(tree_product(steps, call.numerics), r.x.shape, r.dims))
+
+    return fn
+
+
+def sfpu_tree_product(steps: np.ndarray) -> np.ndarray:
+    """The own kernel's float32 product of ``steps`` (K, ...): SFPU float32 multiplies (each rounded once), pairwise."""
+    y = steps.astype(np.float32, copy=False)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        while y.shape[0] > 1:
+            if y.shape[0] % 2:
+                y = np.concatenate([y, np.ones((1, *y.shape[1:]), np.float32)])
+            y = y[0::2] * y[1::2]
+    return y[0]
+
+
+sim("prod", estimate=reduce_cost)(_prod_op(False))
+sim("prod", provider="ktt", estimate=own_reduce_cost)(_prod_op(True))
 
 
 # ----------------------------------------------------------------------------------------------- var / std
@@ -492,6 +550,36 @@ for _name in ("cumsum", "cumprod"):
 
 
 # ----------------------------------------------------------------------------------------------- vector_norm
+def _pow_sfpu(a: np.ndarray, p: float) -> np.ndarray:
+    """``a ** p`` as the SFPU's exact power (correctly rounded float32, as the model's other exact SFPU ops)."""
+    with np.errstate(all="ignore"):
+        return np.power(a.astype(np.float64), p).astype(np.float32)
+
+
+@sim("vector_norm", provider="ktt", estimate=chain_cost(2))
+def vector_norm_ktt(call: SimCall) -> np.ndarray:
+    """The own kernel: float32 data as float32 SFPU ops (|x|, x * x or |x| ** p, each rounded once) summed with SFPU
+    float32 adds, then the root (p = +-inf: the largest / smallest |x| by SFPU compares, exact); other formats, and
+    ``fp32_reduce="tf32"``, as TT-NN's ``moreh_norm``."""
+    r = reduction(call)
+    if r.fmt != "float32" or not call.numerics.exact_sums:
+        return vector_norm(call)
+    p = float(call.attrs["p"])
+    done = r.empty(0)
+    if done is not None:
+        return done
+    a = np.abs(r.x.astype(np.float32))
+    if p == 0:
+        return vector_norm(call)  # a count: exact on either path
+    if math.isinf(p):  # the SFPU's compares keep the values (the FPU max reads them as TF32)
+        return r.shaped((np.max if p > 0 else np.min)(a, axis=r.dims, keepdims=True))
+    with np.errstate(over="ignore", invalid="ignore"):
+        terms = a if p == 1 else a * a if p == 2 else _pow_sfpu(a, p)
+        s = np.sum(terms, axis=r.dims, keepdims=True, dtype=np.float32)
+        out = s if p == 1 else cm.sfpu("sqrt", s) if p == 2 else _pow_sfpu(s, 1.0 / p)
+    return r.shaped(out)
+
+
 @sim("vector_norm", estimate=chain_cost(2))
 def vector_norm(call: SimCall) -> np.ndarray:
     r = reduction(call)
@@ -523,9 +611,9 @@ def vector_norm(call: SimCall) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------ real card: TT-NN
-_TTNN_DTYPE = {DType.FLOAT32: "float32", DType.BFLOAT16: "bfloat16", DType.BFLOAT8_B: "bfloat8_b",
-               DType.BFLOAT4_B: "bfloat4_b", DType.INT32: "int32", DType.INT64: "int32", DType.UINT32: "uint32",
-               DType.UINT16: "uint16", DType.UINT8: "uint8", DType.BOOL: "uint8"}  # fmt: skip
+# Each function below gets its operands and gives its results through kohakutt.kernels.ttnn_io.card_call: tiles,
+# uint8 / uint16 widened to int32, results brought to the output spec's dtype and layout there.
+_TTNN_DTYPE = STORED
 
 
 def kernel_config(ttnn_: Any, x: Any, num: Numerics, *, fp32_acc: bool = True, approx: bool = False) -> Any:
@@ -556,7 +644,8 @@ def _dims_arg(shape: Sequence[int], dims: Any) -> list[int] | None:
 
 
 def _finish(ttnn_: Any, t: Any, spec: TensorSpec) -> Any:
-    return ttnn_.reshape(as_dtype(ttnn_, t, spec.dtype), list(spec.shape))
+    """``t`` in the output's shape (its dtype is brought to the spec by ``card_call``: TT-NN reshapes no uint8)."""
+    return ttnn_.reshape(t, list(spec.shape))
 
 
 def _ttnn_reduce(name: str, converts: bool = True):
@@ -583,6 +672,8 @@ def prod_ttnn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs: l
     x = inputs[0]
     if attrs.get("dtype") is not None:
         x = as_dtype(ttnn_, x, out_specs[0].dtype)
+    if x.dtype not in (ttnn_.bfloat16, ttnn_.float32, ttnn_.bfloat8_b, ttnn_.bfloat4_b):
+        raise KohakuTTUnsupportedOperator(f"prod: TT-NN's prod takes bfloat16 / float32 tensors, not {x.dtype}")
     shape = tuple(x.shape)
     dims = reduced_dims(shape, attrs["dims"])
     if len(dims) == len(shape):
@@ -594,10 +685,16 @@ def prod_ttnn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs: l
 
 def _ttnn_arg(largest: bool):
     def fn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list[TensorSpec]) -> Any:
-        x = inputs[0] if largest else ttnn_.neg(inputs[0])  # argmin = argmax(-x): first occurrence is kept
+        x = inputs[0]
+        if x.dtype in (ttnn_.bfloat8_b, ttnn_.bfloat4_b):
+            x = ttnn_.typecast(x, ttnn_.bfloat16)  # exact: a block float's values all fit bfloat16
+        elif x.dtype not in (ttnn_.bfloat16, ttnn_.float32):  # float32 holds no int32 exactly above 2^24
+            raise KohakuTTUnsupportedOperator(f"{'argmax' if largest else 'argmin'}: TT-NN's argmax takes bfloat16 "
+                                              f"/ float32 tensors, not {x.dtype}")  # fmt: skip
+        x = x if largest else ttnn_.neg(x)  # argmin = argmax(-x): first occurrence is kept
         shape = tuple(x.shape)
-        if attrs["dim"] is None or len(shape) <= 1:
-            return _finish(ttnn_, ttnn_.argmax(x), out_specs[0])
+        if attrs["dim"] is None or len(shape) <= 1:  # over all values: TT-NN takes that in row-major layout only
+            return _finish(ttnn_, ttnn_.argmax(ttnn_.to_layout(x, ttnn_.ROW_MAJOR_LAYOUT)), out_specs[0])
         d = one_dim(shape, attrs["dim"])
         perm = [i for i in range(len(shape)) if i != d] + [d]  # TT-NN's argmax works along the last dim
         y = ttnn_.argmax(ttnn_.permute(x, perm), dim=-1, keepdim=True)
@@ -633,6 +730,9 @@ def _ttnn_var(kind: str):
         x = inputs[0]
         shape = tuple(x.shape)
         dims = reduced_dims(shape, attrs["dims"])
+        if x.dtype == ttnn_.float32 and num.fp32_acc is False:
+            raise KohakuTTUnsupportedOperator(f"{kind}: TT-NN's var / std of float32 needs an fp32 DST; leave "
+                                              "fp32_acc unset or True")  # fmt: skip
         cfg = kernel_config(ttnn_, x, num)
         c = float(attrs["correction"])
         dim_arg = _dims_arg(shape, attrs["dims"])

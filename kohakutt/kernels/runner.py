@@ -131,7 +131,7 @@ def _freeze(v: Any) -> Hashable:
 
 
 def _signature(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None, dev: Device,
-               provider: str | None) -> Hashable | None:
+               provider: str | None, defaults: Numerics) -> Hashable | None:
     """The cache key of a call (hashable unless an operand holds something unhashable: see :func:`_lookup`), or
     None when it has none (an operand or attribute that cannot be a key)."""
     if not registry._loaded:
@@ -139,7 +139,7 @@ def _signature(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None,
     try:
         num = current_numerics()
         return (op, dev.backend.name, provider, config.get("KTT_CUSTOM_KERNELS"), len(registry.IMPLS),
-                None if num is UNSET else num,
+                None if num is UNSET else num, None if defaults is UNSET else defaults,
                 tuple([x.spec if type(x) is DeviceTensor else _freeze(x) for x in inputs]),
                 _freeze(attrs) if attrs else None)
     except TypeError:
@@ -157,7 +157,8 @@ def _lookup(key: Hashable | None) -> tuple[_Plan | None, Hashable | None]:
 
 
 def _plan(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None, specs: list[Spec], dev: Device | None,
-          out: Sequence[DeviceTensor] | None, provider: str | None) -> tuple[_Plan | None, irops.OpDef, dict, Device]:
+          out: Sequence[DeviceTensor] | None, provider: str | None, defaults: Numerics
+          ) -> tuple[_Plan | None, irops.OpDef, dict, Device]:  # fmt: skip
     """Work out a call: its plan (None when the op runs its decomposition), definition, bound attributes and device.
     Raises what is wrong with the call, in the order: operands, attributes, shapes, devices, implementation."""
     d = irops.get(op)
@@ -173,7 +174,7 @@ def _plan(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None, spec
             return None, d, bound, dev
         raise KohakuTTUnsupportedOperator(
             f"{op} has no implementation on the {dev.backend.name} backend and no decomposition")
-    num = resolve(d.numerics)
+    num = resolve(d.numerics, defaults)
     est = (impl.estimate or cost.default)(specs, out_specs, bound, num, dev.card)
     draws = sum(s.numel for s in out_specs) if impl.random else 0
     tdts = [s.dtype for s in (*specs, *out_specs) if isinstance(s, TensorSpec)]
@@ -186,9 +187,11 @@ def _plan(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None, spec
 
 def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None, *,
         out: Sequence[DeviceTensor] | None = None, device: Device | None = None, stream: Stream | None = None,
-        provider: str | None = None) -> list[DeviceTensor]:
+        provider: str | None = None, defaults: Numerics = UNSET) -> list[DeviceTensor]:
     """Queue IR op ``op`` on ``inputs``; return its outputs (``out`` when given, written with a cast to their dtype).
 
+    ``defaults``: the calling frontend's numerics settings (its framework's precision knobs), which fill what the
+    open ``numerics`` scopes leave unset, before the op family's defaults.
     An op with no implementation on the device's backend runs its decomposition; without one it raises
     :class:`KohakuTTUnsupportedOperator`."""
     dev = device
@@ -201,14 +204,14 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
             if out:
                 dev = out[0].buffer.device
     specs = [x.spec if isinstance(x, DeviceTensor) else ScalarSpec(x) for x in inputs]
-    plan, key = _lookup(_signature(op, inputs, attrs, dev, provider) if dev is not None else None)
+    plan, key = _lookup(_signature(op, inputs, attrs, dev, provider, defaults) if dev is not None else None)
     if plan is not None and plan.card is dev.card and irops.OPS.get(op) is plan.opdef:  # type: ignore[union-attr]
         bound = plan.opdef.attrs | attrs if attrs else dict(plan.opdef.attrs)
         _check_devices(op, inputs, out, dev)  # type: ignore[arg-type]
     else:
-        plan, d, bound, dev = _plan(op, inputs, attrs, specs, dev, out, provider)
+        plan, d, bound, dev = _plan(op, inputs, attrs, specs, dev, out, provider, defaults)
         if plan is None:
-            return _run_decomposed(d, list(inputs), bound, out, dev)
+            return _run_decomposed(d, list(inputs), bound, out, dev, defaults)
         if key is not None:
             while len(_plans) >= PLAN_CACHE_SIZE:
                 with suppress(KeyError, RuntimeError, StopIteration):  # another thread may evict the same one
@@ -339,9 +342,9 @@ class _Eager:
 
 
 def _run_decomposed(d: irops.OpDef, inputs: list[Operand], attrs: dict[str, Any],
-                    out: Sequence[DeviceTensor] | None, dev: Device) -> list[DeviceTensor]:
-    n = resolve(d.numerics)
-    with numerics(n.fidelity, n.fp32_acc, n.approx):
+                    out: Sequence[DeviceTensor] | None, dev: Device, defaults: Numerics = UNSET) -> list[DeviceTensor]:
+    n = resolve(d.numerics, defaults)
+    with numerics(n.fidelity, n.fp32_acc, n.approx, n.fp32_matmul, n.fp32_reduce):
         result = d.decomposition(_Eager(dev), *inputs, **attrs)  # type: ignore[misc]
     results = list(result) if isinstance(result, list | tuple) else [result]
     if out is None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal.card import CardSpec
 from kohakutt.ir.defs.softmax import softmax_dim
 from kohakutt.ir.dtypes import DType
@@ -189,13 +190,20 @@ def softmax_ttnn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs
 @ttnn("log_softmax")
 def log_softmax_ttnn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list[TensorSpec]) -> Any:
     x = inputs[0]
-    dim = softmax_dim(tuple(x.shape), attrs["dim"])
-    return ttnn_.moreh_logsoftmax(x, dim, compute_kernel_config=_config(ttnn_, x, num))
+    shape = tuple(x.shape)
+    if not shape:  # moreh's softmax takes rank >= 1: a scalar is a one-value row
+        x = ttnn_.reshape(x, [1])
+    dim = softmax_dim(shape, attrs["dim"]) if shape else 0
+    y = ttnn_.moreh_logsoftmax(x, dim, compute_kernel_config=_config(ttnn_, x, num))
+    return ttnn_.reshape(y, list(shape)) if not shape else y
 
 
 def _ttnn_backward(name: str):
     def fn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list[TensorSpec]) -> Any:
         grad, y = inputs
+        if y.dtype not in (ttnn_.bfloat16, ttnn_.bfloat8_b):
+            raise KohakuTTUnsupportedOperator(f"{name}: TT-NN's softmax backward takes bfloat16 / bfloat8_b "
+                                              f"outputs, not {y.dtype}")  # fmt: skip
         dim = softmax_dim(tuple(y.shape), attrs["dim"])
         return getattr(ttnn_, name)(y, grad, dim, compute_kernel_config=_config(ttnn_, y, num))
 

@@ -30,6 +30,7 @@ class FakeTTNN(types.ModuleType):
         self.Shape = tuple
         self.MeshCoordinate = lambda coord: tuple(coord)
         self.GetNumAvailableDevices = lambda: 1
+        self.SetDefaultDevice = lambda device: None
         self.get_arch_name = lambda: "blackhole"
         self.next_address = 0x1000
         for name in ("open_device", "close_device", "synchronize_device", "TensorSpec", "allocate_tensor_on_device",

@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from fake_ttnn import FakeTTNN, names_used, run_ttnn
 
 from kohakutt import hal, numerics
 from kohakutt import kernels as kk
@@ -508,52 +509,21 @@ def test_program_is_a_valid_metalium_program(dev):
 
 
 # --------------------------------------------------------------------------------------------- TT-NN names
-class Recorder:
-    """A stand-in for ttnn and its tensors: records every attribute path the TT-NN code touches."""
-
-    def __init__(self, log, path="", shape=(), dtype="BFLOAT16"):
-        self._log, self._path, self.shape, self.dtype = log, path, shape, dtype
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        path = f"{self._path}.{name}" if self._path else name
-        self._log.add(path)
-        return Recorder(self._log, path)
-
-    def __call__(self, *args, **kwargs):
-        if self._path == "to_torch":
-            return np.array(args[0]._cu)
-        return Recorder(self._log, "Tensor", (2, 2, 2, 2))
-
-
 def test_ttnn_calls_use_only_declared_names():
-    log: set = set()
-    tt = Recorder(log)
-
-    def tensors(*shapes):
-        return [Recorder(log, "Tensor", s) for s in shapes]
-
-    def cu(values):
-        r = Recorder(log, "Tensor", (len(values),))
-        r.__dict__["_cu"] = values
-        return r
-
-    n = Numerics()
-    specs = [TensorSpec((1, 2, 8, 32), DType.BFLOAT16)] * 2
+    fake = FakeTTNN()
+    q, kv = (1, 4, 8, 32), (1, 2, 8, 32)
     for causal in (False, True):
         a = {"is_causal": causal, "scale": None}
-        att.sdpa_ttnn(tt, tensors((1, 4, 8, 32), (1, 2, 8, 32), (1, 2, 8, 32), (8, 8)), a, n, specs)
-        att.sdpa_ttnn(tt, tensors((1, 4, 8, 32), (1, 2, 0, 32), (1, 2, 0, 32)), a, n, specs)
-        att.sdpa_backward_ttnn(tt, tensors((1, 4, 8, 32), (1, 4, 8, 32), (1, 2, 8, 32), (1, 2, 8, 32), (1, 4, 8, 32),
-                                           (1, 4, 8)), a, n, specs)  # fmt: skip
-        packed = tensors((12, 4, 32), (14, 2, 32), (14, 2, 32))
-        att.sdpa_varlen_ttnn(tt, [*packed, cu([0, 5, 5, 10]), cu([0, 6, 14, 14])], a, n, specs)
-        att.sdpa_varlen_backward_ttnn(tt, [*tensors((12, 4, 32)), *packed, *tensors((12, 4, 32), (4, 12)),
-                                           cu([0, 5, 5, 10]), cu([0, 6, 14, 14])], a, n, specs)  # fmt: skip
+        run_ttnn(fake, "scaled_dot_product_attention", [q, kv, kv, (8, 8)], a)
+        run_ttnn(fake, "sdpa_backward", [q, q, kv, kv, q, (1, 4, 8)], a)
+        packed = [(12, 4, 32), (14, 2, 32), (14, 2, 32), (4,), (4,)]
+        cu = {3: [0, 5, 5, 10], 4: [0, 6, 14, 14]}
+        run_ttnn(fake, "sdpa_varlen", packed, a, values=cu)
+        run_ttnn(fake, "sdpa_varlen_backward", [(12, 4, 32), *packed[:3], (12, 4, 32), (4, 12), (4,), (4,)], a,
+                 values={6: cu[3], 7: cu[4]})  # fmt: skip
+    log = names_used(fake, "attention.py")
     declared = set(att.TTNN_NAMES)
-    prefixes = {p.rsplit(".", 1)[0] for p in declared if "." in p}
-    undeclared = sorted(p for p in log if p not in declared | prefixes and not p.startswith("Tensor"))
+    undeclared = sorted(log - declared)
     assert not undeclared, f"TT-NN names used but not in TTNN_NAMES: {undeclared}"
     unused = sorted(declared - log - {"MathFidelity.LoFi", "MathFidelity.HiFi3", "MathFidelity.HiFi4"})
     assert not unused, f"TTNN_NAMES lists names the calls never use: {unused}"

@@ -146,7 +146,7 @@ def test_bf16_dst_accumulates_per_kernel_row(dev, attrs, spatial):
 
 def test_fidelity_masks_the_input_not_the_weights(dev):
     x, w = bf16(2, 4, 9, 9), bf16(5, 4, 3, 3)
-    got = run_conv(dev, x, w, dtype="float32", num={"fidelity": "HiFi2"}, padding=1)  # fp32 DST by default
+    got = run_conv(dev, x, w, dtype="float32", num={"fidelity": "HiFi2", "fp32_matmul": "high"}, padding=1)
     x7 = (x.view(np.uint32) & np.uint32(0xFFFE0000)).view(np.float32)  # SrcB: implicit 1 + 6 mantissa bits
     ref = torch_conv(x7, w, padding=1)
     mag, k = _bound(x, w, {"padding": 1})

@@ -50,10 +50,11 @@ def normal(rng, *shape):
 
 
 def fast_path(dev, x, w, b, attrs, dtypes, num):
-    """The op through kernels.run with the own kernel, and the operands as stored."""
+    """The op through kernels.run with the own kernel, and the operands as stored. The program is the one-pass
+    convolution: float32 operands as TF32 (``fp32_matmul="high"``; the default "highest" splits them first)."""
     ins = [kk.from_numpy(dev, a, dt, "tile" if DType.of(dt).format.is_block else "row_major")
            for a, dt in zip((x, w, b), dtypes) if a is not None]
-    with numerics(**num):
+    with numerics(fp32_matmul="high", **num):
         (y,) = kk.run("conv", ins, attrs, provider="ktt")
     return kk.to_numpy(y), [kk.to_numpy(t) for t in ins]
 

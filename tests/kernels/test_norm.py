@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fake_ttnn import FakeTTNN, names_used, run_ttnn
 from sim_modes import sim_kernels
 
 from kohakutt import hal, numerics
@@ -141,10 +142,9 @@ def test_rowwise_forward_matches_torch(dev, op, shape, ns, dtype):
         err = np.abs(got[0] - y)
         xabs = np.abs(x) + (np.abs(r) if fused else 0)
         assert np.all(err <= bound(a, c, y, s, mean, rstd, w, b, xabs)), (provider, err.max())
-        if fused:  # the next residual: x + residual as stored in the output dtype (the own kernel's FPU add sees
-            # float32 operands as TF32, TT-NN's separate ttnn.add adds float32 on the SFPU)
-            sx, sr = (x, r) if provider == "ttnn" or dtype == "bfloat16" else (tf32(x), tf32(r))
-            want_s = kk.to_numpy(kk.from_numpy(dev, (sx + sr).astype(np.float32), dtype))
+        if fused:  # the next residual: x + residual as stored in the output dtype (float32 added on the SFPU by
+            # TT-NN's separate ttnn.add and by the own kernel's float32 variant)
+            want_s = kk.to_numpy(kk.from_numpy(dev, (x + r).astype(np.float32), dtype))
             assert np.array_equal(got[1], want_s), provider
         stats = got[1 + fused :]
         assert all(st.dtype == np.float64 and st.shape == rstd.shape for st in stats)
@@ -375,8 +375,15 @@ def _units(provider, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize(("op", "shape", "ns"), [("layer_norm", (5, 70), (70,)), ("layer_norm", (2, 3, 40), (3, 40)),
-                                                 ("rms_norm", (6, 33), (33,)), ("rms_norm", (2, 4, 20), (20,))])
+@pytest.mark.parametrize(
+    ("op", "shape", "ns"),
+    [
+        ("layer_norm", (5, 70), (70,)),
+        ("layer_norm", (2, 3, 40), (3, 40)),
+        ("rms_norm", (6, 33), (33,)),
+        ("rms_norm", (2, 4, 20), (20,)),
+    ],
+)
 def test_rowwise_backward_matches_autograd(dev, op, shape, ns, dtype):
     rng = np.random.default_rng(sum(shape))
     xt, x = put(dev, rng.standard_normal(shape) * 2 + 0.5, dtype)
@@ -411,8 +418,12 @@ def test_rowwise_backward_matches_autograd(dev, op, shape, ns, dtype):
         for got, want, terms in ((dw, tw.grad.numpy(), g * xhat), (db, tb.grad.numpy(), g)):
             tol = u * (k + tiles(rows)) * np.abs(terms).sum(axis=lead) + 1e-30
             assert got.shape == ns and np.all(np.abs(got - want) <= tol), provider
-        masked = run(f"{op}_backward", [gt, xt, *stats, wt, bt],
-                     {"normalized_shape": ns, "output_mask": (True, False, False)}, provider)
+        masked = run(
+            f"{op}_backward",
+            [gt, xt, *stats, wt, bt],
+            {"normalized_shape": ns, "output_mask": (True, False, False)},
+            provider,
+        )
         assert np.array_equal(masked[0], dx) and masked[1].shape == masked[2].shape == (0,)
 
 
@@ -439,7 +450,7 @@ def test_group_norm_backward_matches_autograd(dev, shape, groups, dtype):
     t = c // groups * (tiles(shape[2]) * tiles(shape[3]) if len(shape) == 4 else tiles(shape[-1]))
     for provider in PROVIDERS:
         u, k = _units(provider, dtype)
-        k = k if provider == "ktt" else k + t + 2 ** 3  # tile sums in the group plus the truncated scaler (2^-6)
+        k = k if provider == "ktt" else k + t + 2**3  # tile sums in the group plus the truncated scaler (2^-6)
         dx, dw, db = run("group_norm_backward", [gt, xt, mt, st, wt], {"num_groups": groups}, provider)
         per_group = [np.broadcast_to(np.abs(v).reshape(n, groups, -1).mean(-1, keepdims=True),
                                      (n, groups, xg.shape[-1])).reshape(shape) for v in (gw, gw * xhat)]  # fmt: skip
@@ -530,28 +541,6 @@ def test_costs_follow_size_and_fidelity():
             assert ns((8192, 4096), "LoFi") <= big
 
 
-class Recorder:
-    """A stand-in for ttnn and its tensors: records every attribute path the TT-NN code touches."""
-
-    def __init__(self, log: set, path: str = "", shape: tuple = (), n: int = 3):
-        self._log, self._path, self.shape, self._n = log, path, shape, n
-        self.dtype = self.layout = None
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        path = f"{self._path}.{name}" if self._path else name
-        self._log.add(path)
-        return Recorder(self._log, path, self.shape)
-
-    def __call__(self, *args, **kwargs):
-        shape = next((a.shape for a in args if isinstance(a, Recorder) and a.shape), ())
-        return Recorder(self._log, "Tensor", shape)
-
-    def __iter__(self):
-        return iter([Recorder(self._log, "Tensor", self.shape) for _ in range(self._n)])
-
-
 @pytest.mark.parametrize("num", [Numerics(), Numerics(Fidelity.LoFi, True, True)])
 def test_ttnn_calls_use_only_declared_names(num):
     calls = [
@@ -566,17 +555,13 @@ def test_ttnn_calls_use_only_declared_names(num):
         ("batch_norm", [(2, 4, 5), (4,), (4,)], {"training": False, "params": "mv"}),
         ("batch_norm_backward", [(2, 4, 5), (2, 4, 5), (4,), (4,), (4,)], {"training": False}),
     ]  # fmt: skip
-    log: set = set()
+    fake = FakeTTNN()
     for op, shapes, attrs in calls:
-        d = irops.get(op)
-        attrs = d.bind_attrs(attrs)
-        specs = [TensorSpec(s, DType.BFLOAT16) for s in shapes]
-        out = list(kk.lookup(op, "ttnn").fn(Recorder(log), [Recorder(log, "Tensor", s) for s in shapes], attrs, num,
-                                            d.infer(specs, attrs)))  # fmt: skip
-        assert len(out) == len(d.infer(specs, attrs)), op
-    declared = set(norm_kernels.TTNN_NAMES)
-    prefixes = {n.rsplit(".", 1)[0] for n in declared if "." in n}
-    undeclared = sorted(p for p in log if p not in declared | prefixes and not p.startswith("Tensor"))
+        out = run_ttnn(fake, op, shapes, attrs, num)
+        assert len(out) == len(irops.get(op).infer([TensorSpec(s, DType.BFLOAT16) for s in shapes],
+                                                   irops.get(op).bind_attrs(attrs))), op  # fmt: skip
+    log = names_used(fake, "norm.py")
+    undeclared = sorted(log - set(norm_kernels.TTNN_NAMES))
     assert not undeclared, f"TT-NN names used but not in TTNN_NAMES: {undeclared}"
     assert {"layer_norm", "rms_norm", "moreh_group_norm", "batch_norm", "moreh_layer_norm_backward",
             "moreh_group_norm_backward"} <= log  # fmt: skip

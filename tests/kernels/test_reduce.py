@@ -109,8 +109,8 @@ def test_fp32_accumulation_beats_bf16_on_a_long_sum(dev):
     t, x = put(dev, RNG.standard_normal((16, 4096)), "bfloat16")
     ref = x.sum(-1)
     err = {}
-    for acc in (True, False):
-        with numerics(fp32_acc=acc):
+    for acc in (True, False):  # the FPU reduce (float32 sums are SFPU adds unless fp32_reduce="tf32")
+        with numerics(fp32_acc=acc, fp32_reduce="tf32"):
             err[acc] = np.abs(run("sum", [t], {"dims": -1, "dtype": "float32"}) - ref).mean()
     assert err[True] < 1e-3 < err[False]  # bf16 DST rounds the running total after every tile (~2^-9 of it)
     assert err[False] < 2 * BF16_U * np.abs(x).sum(-1).mean()
@@ -120,8 +120,8 @@ def test_fidelity_cuts_the_data_at_lofi(dev):
     t, x = put(dev, RNG.uniform(1, 2, (64, 256)), "bfloat16")
     ref = x.sum(-1)
     err = {}
-    for fid in ("LoFi", "HiFi2", "HiFi4"):
-        with numerics(fidelity=fid):
+    for fid in ("LoFi", "HiFi2", "HiFi4"):  # the FPU reduce, as above
+        with numerics(fidelity=fid, fp32_reduce="tf32"):
             err[fid] = np.abs(run("sum", [t], {"dims": -1, "dtype": "float32"}) - ref).max()
     assert err["HiFi4"] <= 256 * 2.0**-24 * 512  # exact products, fp32 accumulation
     assert err["HiFi2"] == err["HiFi4"]  # bf16 data fits SrcA's two phases

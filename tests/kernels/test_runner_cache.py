@@ -14,7 +14,7 @@ from kohakutt import hal
 from kohakutt import kernels as kk
 from kohakutt.errors import IntegerOverflowError
 from kohakutt.ir import DType, numerics
-from kohakutt.ir.numerics import Fidelity
+from kohakutt.ir.numerics import UNSET, Fidelity
 from kohakutt.ir.ops import ShapeError
 from kohakutt.kernels import cost, runner
 
@@ -68,8 +68,8 @@ def test_attributes_that_cannot_be_keys_run_uncached(dev):
     a = kk.from_numpy(dev, np.arange(12, dtype=np.int32).reshape(3, 4))
     with pytest.raises(TypeError):
         runner._freeze(np.zeros(2))
-    assert runner._signature("sum", [a], {"dims": np.array([1])}, dev, None) is None
-    assert runner._signature("sum", [a], {"dims": [0]}, dev, None) is not None  # a list freezes into a key
+    assert runner._signature("sum", [a], {"dims": np.array([1])}, dev, None, UNSET) is None
+    assert runner._signature("sum", [a], {"dims": [0]}, dev, None, UNSET) is not None  # a list freezes into a key
     runner._plans.clear()
     for _ in range(2):
         (s,) = kk.run("sum", [a], {"dims": [0]})

@@ -9,7 +9,10 @@ work folder, everything that takes, generated here and never copied into the rep
 
 - ``root/``: a ``TT_METAL_RUNTIME_ROOT`` tree of symlinks to the installed ``ttnn`` package, whose
   ``runtime/sfpi/compiler/bin/riscv-tt-elf-g++`` is a stand-in (it answers ``--version``, can record each command
-  line, then stops the build or hands the command to a compiler of the caller's), or a link to a real sfpi install;
+  line, can hand it to a compiler of the caller's, then stops the build there or, with ``complete=True``, "builds":
+  an empty object per compile and, per link, a one-instruction kernel image at the address the firmware exports, so
+  TT-Metal loads it and the op runs to its end on the mock, every later device op of a composite TT-NN op
+  included), or a link to a real sfpi install;
 - ``root/tt_metal/pre-compiled/<key>``: the mock's firmware build key pointed at one of the wheel's pre-compiled
   Blackhole firmware sets (the mock turns off 2-erisc mode, so its key is none of the wheel's; the firmware is never
   run on a mock, only parsed);
@@ -22,6 +25,7 @@ scripts in the TT-NN venv) and by those scripts (for :func:`open_device` and :fu
 Use::
 
     mock = prepare(work_dir)                       # cached: a second call with the same options reuses the tree
+    mock = prepare(work_dir, complete=True)        # ops run to their end (kernel images are stand-ins)
     res = mock.run(["-c", "import mock_p150; d = mock_p150.open_device(); ..."])
     mock.commands()                                # with prepare(..., record_commands=True)
 """
@@ -32,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -151,7 +156,8 @@ def _ttnn_dir(python: Path) -> Path:
     return Path(where)
 
 
-def _stand_in(command_log: Path | None, compiler: Path | None) -> str:
+def _stand_in(command_log: Path | None, compiler: Path | None, images: Path | None = None) -> str:
+    """The stand-in compiler script: record, run ``compiler``, then stop (``images`` None) or make the outputs."""
     lines = [
         "#!/bin/sh",
         "# Written by tests/ttnn/mock_p150.py: TT-Metal's JIT calls this in place of sfpi's compiler.",
@@ -160,10 +166,94 @@ def _stand_in(command_log: Path | None, compiler: Path | None) -> str:
     if command_log is not None:
         lines.append(f'f=$(mktemp "{command_log}/cmd.XXXXXXXX") && printf "%s\\0" "$PWD" "$@" > "$f"')
     if compiler is not None:
-        lines.append(f'exec "{compiler}" "$@"')
-    else:
-        lines += [f'echo "{STAND_IN_MARK}: no RISC-V compiler on this machine; the build stops here" >&2', "exit 1"]
+        lines.append(f'"{compiler}" "$@" || exit $?')
+    if images is None:
+        if compiler is not None:
+            lines.append("exit 0")
+        else:
+            lines += [f'echo "{STAND_IN_MARK}: no RISC-V compiler on this machine; the build stops here" >&2', "exit 1"]
+        return "\n".join(lines) + "\n"
+    # complete: an empty object (and its dependency file) per compile, a stand-in kernel image per link
+    lines += [
+        'out=""; fw=""; srcs=""; prev=""',
+        'for a in "$@"; do',
+        '  [ "$prev" = "-o" ] && out="$a"',
+        '  case "$a" in',
+        '    -Wl,--just-symbols=*) fw="${a#-Wl,--just-symbols=}";;',
+        '    *.cc|*.cpp|*.c|*.S) srcs="$srcs $a";;',
+        "  esac",
+        '  prev="$a"',
+        "done",
+        '[ -n "$out" ] || exit 0',
+        'case "$out" in',
+        "  *.elf)",
+        '    proc="${fw%/*}"; proc="${proc##*/}"; key="${fw%/*/*}"; key="${key##*/}"',
+        f'    img="{images}/$key/$proc.elf"',
+        f'    [ -f "$img" ] || {{ echo "{STAND_IN_MARK}: no stand-in kernel image for firmware $fw" >&2; exit 1; }}',
+        '    cp "$img" "$out";;',
+        "  *)",
+        '    : > "$out"',
+        '    case " $* " in *" -MMD "*) printf "%s:%s\\n" "$out" "$srcs" > "${out%.*}.d";; esac;;',
+        "esac",
+    ]
     return "\n".join(lines) + "\n"
+
+
+def _elf_symbol(path: Path, name: str) -> int | None:
+    """The value of symbol ``name`` in 32-bit little-endian ELF ``path`` (None when absent)."""
+    b = path.read_bytes()
+    shoff = struct.unpack_from("<I", b, 0x20)[0]
+    shentsize, shnum = struct.unpack_from("<HH", b, 0x2E)
+    sections = [struct.unpack_from("<10I", b, shoff + i * shentsize) for i in range(shnum)]
+    for sec in sections:
+        if sec[1] != 2:  # SHT_SYMTAB
+            continue
+        strtab = sections[sec[6]][4]
+        for off in range(sec[4], sec[4] + sec[5], 16):
+            sym_name, value = struct.unpack_from("<II", b, off)
+            end = b.index(b"\0", strtab + sym_name)
+            if b[strtab + sym_name : end].decode() == name:
+                return value
+    return None
+
+
+def _kernel_image(addr: int) -> bytes:
+    """A RISC-V ELF32 executable whose text is one ``ret`` at ``addr``, with the (empty) symbol table and text
+    relocation section TT-Metal's loader requires of a kernel."""
+    text, symtab, strtab = struct.pack("<I", 0x00008067), bytes(16), b"\0"
+    names = [b"", b".text", b".symtab", b".strtab", b".rela.text", b".shstrtab"]
+    shstr = b"\0".join(names) + b"\0"
+    name_at = [shstr.index(n + b"\0") if n else 0 for n in names]
+    body, offs = b"", []
+    for blob in (text, symtab, strtab, b"", shstr):
+        offs.append(52 + 32 + len(body))
+        body += blob + bytes(-len(blob) % 4)
+    sh_off = 52 + 32 + len(body)
+    head = b"\x7fELF" + bytes([1, 1, 1, 0]) + bytes(8)  # ELF32, little-endian, version 1
+    head += struct.pack("<HHIIIIIHHHHHH", 2, 243, 1, addr, 52, sh_off, 0, 52, 32, 1, 40, 6, 5)  # EXEC, RISC-V
+    phdr = struct.pack("<8I", 1, offs[0], addr, addr, len(text), len(text), 5, 4)  # PT_LOAD, R+X
+    shdrs = bytes(40) + b"".join(
+        struct.pack("<10I", *f)
+        for f in (
+            (name_at[1], 1, 6, addr, offs[0], len(text), 0, 0, 4, 0),  # .text: PROGBITS, ALLOC+EXEC
+            (name_at[2], 2, 0, 0, offs[1], len(symtab), 3, 1, 4, 16),  # .symtab -> .strtab
+            (name_at[3], 3, 0, 0, offs[2], len(strtab), 0, 0, 1, 0),
+            (name_at[4], 4, 0x40, 0, offs[3], 0, 2, 1, 4, 12),  # .rela.text: RELA of section 1, symbols 2
+            (name_at[5], 3, 0, 0, offs[4], len(shstr), 0, 0, 1, 0),
+        )
+    )
+    return head + phdr + body + shdrs
+
+
+def _write_images(root: Path, keys: list[str], images: Path) -> None:
+    """A stand-in kernel image per firmware processor of each build key, at the address its firmware exports."""
+    for key in keys:
+        for proc in sorted((root / "tt_metal" / "pre-compiled" / key).iterdir()):
+            weak = proc / f"{proc.name}_weakened.elf"
+            addr = _elf_symbol(weak, "__fw_export_text_end") if weak.exists() else None
+            if addr is not None:
+                (images / key).mkdir(parents=True, exist_ok=True)
+                (images / key / f"{proc.name}.elf").write_bytes(_kernel_image(addr))
 
 
 def _link_tree(src: Path, dst: Path, skip: set[str]) -> None:
@@ -197,26 +287,31 @@ def _firmware_set(cache: Path, key: str) -> set[str]:
     return {p.name for p in cache.glob(f"*{key}/firmware/*") if p.is_dir()}
 
 
-def prepare(work: Path, python: Path | None = None, *, compiler: Path | str | None = None,
+def prepare(work: Path, python: Path | None = None, *, compiler: Path | str | None = None, complete: bool = False,
             sfpi: Path | str | None = None, record_commands: bool = False) -> MockP150:  # fmt: skip
     """Build (or reuse) a mocked P150 under ``work`` for the TT-NN venv's ``python`` (default:
     :func:`find_ttnn_python`).
 
     ``compiler``: an executable the stand-in hands every compile and link command to (after recording it), e.g. a
-    syntax-only check; without it the stand-in fails each command, which stops TT-Metal's build there.
+    syntax-only check; its failure fails the command. ``complete``: after that, make stand-in outputs so the build
+    succeeds and ops run to their end on the mock; otherwise the stand-in fails each command (unless ``compiler``
+    passed it), which stops TT-Metal's build there.
     ``sfpi``: a real sfpi install (the folder holding ``compiler/bin/riscv-tt-elf-g++``) used instead of the
     stand-in: kernels and firmware are then built for real. ``record_commands``: keep each command line (see
     :meth:`MockP150.commands`; not with ``sfpi``). Raises :class:`MockUnavailable` when it cannot be set up."""
     python = Path(python) if python else find_ttnn_python()
     if python is None:
         raise MockUnavailable("no Python with ttnn 0.81.1: run scripts/ttnn_venv.sh (needs Python 3.12)")
-    if sfpi is not None and (compiler is not None or record_commands):
-        raise MockUnavailable("a real sfpi compiles by itself: give sfpi= without compiler= or record_commands=")
+    if sfpi is not None and (compiler is not None or record_commands or complete):
+        raise MockUnavailable(
+            "a real sfpi compiles by itself: give sfpi= without compiler=, complete= or record_commands="
+        )
     work = Path(work).resolve()
     ttnn_dir = _ttnn_dir(python)
     want = {
         "version": _VERSION, "python": str(python), "ttnn": str(ttnn_dir), "compiler": str(compiler or ""),
-        "sfpi": str(sfpi or ""), "record": record_commands, "stand_in": _stand_in(None, None), "desc": CLUSTER_DESC,
+        "sfpi": str(sfpi or ""), "record": record_commands, "complete": complete, "desc": CLUSTER_DESC,
+        "stand_in": _stand_in(None, None) + _stand_in(None, None, Path("images")),
     }  # fmt: skip
     stamp = work / "mock-p150.json"
     root, desc, cache = work / "root", work / "p150.yaml", work / "cache"
@@ -227,7 +322,8 @@ def prepare(work: Path, python: Path | None = None, *, compiler: Path | str | No
             mock = MockP150(python, root, desc, cache, log, tuple(have["keys"]))
             mock.clear_commands()
             return mock
-    for p in (root, cache, log):
+    images = work / "images"
+    for p in (root, cache, log, images):
         if p is not None and p.exists():
             shutil.rmtree(p)
     work.mkdir(parents=True, exist_ok=True)
@@ -240,16 +336,18 @@ def prepare(work: Path, python: Path | None = None, *, compiler: Path | str | No
     _link_tree(ttnn_dir / "tt_metal", root / "tt_metal", {"pre-compiled"})
     precompiled = ttnn_dir / "tt_metal" / "pre-compiled"
     _link_tree(precompiled, root / "tt_metal" / "pre-compiled", set())
+    keys: list[str] = []
     if sfpi is not None:
         (root / "runtime" / "sfpi").symlink_to(Path(sfpi).resolve())
     else:
         cc = root / "runtime" / "sfpi" / "compiler" / "bin" / "riscv-tt-elf-g++"
         cc.parent.mkdir(parents=True)
-        cc.write_text(_stand_in(log, Path(compiler).resolve() if compiler else None))
+        cc.write_text(_stand_in(None, None))  # the probe below stops at the firmware build
         cc.chmod(0o755)
-    keys: list[str] = []
-    if sfpi is None:
         keys = _link_firmware(python, root, desc, cache, precompiled)
+        if complete:
+            _write_images(root, keys, images)
+        cc.write_text(_stand_in(log, Path(compiler).resolve() if compiler else None, images if complete else None))
     mock = MockP150(python, root, desc, cache, log, tuple(keys))
     mock.clear_commands()
     stamp.write_text(json.dumps(want | {"keys": keys}, indent=1))
@@ -262,7 +360,8 @@ def _link_firmware(python: Path, root: Path, desc: Path, cache: Path, precompile
     target it tried to build."""
     probe_cache = cache / "probe"
     env = MockP150(python, root, desc, probe_cache, None, ()).env()
-    res = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, env=env, timeout=300)
+    res = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=root.parent)  # fmt: skip
     keys = sorted(_firmware_keys(probe_cache))
     if res.returncode != 0 or not keys:
         raise MockUnavailable(f"the mocked P150 did not reach its firmware build: {res.stderr.strip()[-2000:]}")

@@ -72,3 +72,38 @@ def test_the_build_classifier_reads_tt_metals_messages():
 def test_without_a_ttnn_python_the_mock_says_how_to_get_one(tmp_path):
     with pytest.raises(MockUnavailable, match=r"ttnn_venv\.sh"):
         prepare(tmp_path, python=tmp_path / "no-python")
+
+
+COMPLETE_SCRIPT = """
+import json, mock_p150, ttnn, numpy as np
+dev = mock_p150.open_device()
+spec = ttnn.TensorSpec(shape=ttnn.Shape([3, 40, 50]), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
+                       buffer_type=ttnn.BufferType.DRAM)
+a = ttnn.allocate_tensor_on_device(tensor_spec=spec, mesh_device=dev)
+s = ttnn.sum(a, dim=1, keepdim=True)  # fill_pad, then the reduction: two device ops
+host = ttnn.exp(a).cpu(blocking=True)
+raw = np.from_dlpack(host.host_buffer().get_shard(ttnn.MeshCoordinate([0, 0]))).view(np.uint8)
+try:
+    ttnn.matmul(a, a)
+    bad = ""
+except Exception as e:
+    bad = mock_p150.first_lines(e)
+ttnn.close_device(dev)
+print(json.dumps({"sum": [list(s.shape), list(s.padded_shape), str(s.dtype)], "bytes": int(raw.size),
+                  "nonzero": int(np.count_nonzero(raw)), "bad": bad}))
+"""
+
+
+def test_a_complete_mock_runs_ops_to_their_end(tmp_path):
+    try:
+        mock = prepare(REPO / "build" / "ttnn-mock" / "complete", complete=True)
+    except MockUnavailable as e:
+        pytest.skip(str(e))
+    res = mock.run(["-c", COMPLETE_SCRIPT])
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.splitlines()[-1])
+    assert out["sum"] == [[3, 1, 50], [3, 32, 64], "DataType.BFLOAT16"]  # the second device op ran too
+    assert out["bytes"] == 3 * 2 * 2 * 2048 and out["nonzero"] == 0  # the mock's device memory reads as zeros
+    assert "a_shape[-1] == b_shape[-2]" in out["bad"]  # validation still refuses what the card would
+    images = list((mock.root.parent / "images").glob("*/brisc.elf"))
+    assert images and all(p.read_bytes()[:4] == b"\x7fELF" for p in images)

@@ -7,7 +7,6 @@ renderer's compile hook is installed and ``Tensor.rand`` learns to draw on the c
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,25 +50,28 @@ def fidelity_of(value: Fidelity | str | int) -> Fidelity:
     return Fidelity.of(value)
 
 
+_LEGACY_FP32_MATMUL = {"split": "highest", "card": "high"}  # the names this scope took before ALLOW_TF32
+
+
 @contextmanager
 def numerics(
     fidelity: Fidelity | str | int | None = None,
     fp32_acc: bool | None = None,
     approx: bool | None = None,
     fp32_matmul: str | None = None,
+    fp32_reduce: str | None = None,
 ) -> Iterator[Numerics]:
     """Kernels run inside the block take these settings (matmul fidelity above all): ``fidelity`` as TT-NN numbers
-    it (0 LoFi, 2 HiFi2, 3 HiFi3, 4 HiFi4) or by name; ``fp32_matmul`` how float32 matmuls run: ``"card"`` (one
-    matmul on TF32 operands, about 1e-3 relative; the default, ``KTT_TINYGRAD_FP32_MATMUL``) or ``"split"`` (six
-    matmuls on bf16-split operands at HiFi4, float32 accuracy; the fidelity does not apply to them). tinygrad is
-    lazy, so the scope applies to the kernels realized inside it (``.item()``, ``.numpy()``, ``.realize()``); a
-    TinyJit replay keeps the settings of its capture."""
-    from kohakutt.frontends.tinygrad.execute import fp32_matmul as _fp32_matmul
-
-    with contextlib.ExitStack() as stack:
-        if fp32_matmul is not None:
-            stack.enter_context(_fp32_matmul(fp32_matmul))
-        yield stack.enter_context(_numerics(None if fidelity is None else fidelity_of(fidelity), fp32_acc, approx))
+    it (0 LoFi, 2 HiFi2, 3 HiFi3, 4 HiFi4) or by name; ``fp32_matmul`` how float32 matmuls run, over tinygrad's
+    ``ALLOW_TF32``: ``"highest"`` (``ALLOW_TF32=0``, tinygrad's default: operands split into bf16 parts, six matmul
+    passes, float32 accuracy; the fidelity does not apply to them), ``"high"`` (``ALLOW_TF32=1``: one matmul on
+    TF32 operands, about 1e-3 relative) or ``"medium"`` (one HiFi2 pass); ``"split"`` and ``"card"`` are kept as
+    names for "highest" and "high". ``fp32_reduce``: ``"exact"`` or ``"tf32"`` (see ``kohakutt.numerics``; KTT's own
+    reductions are float32-exact either way). tinygrad is lazy, so the scope applies to the kernels realized inside it
+    (``.item()``, ``.numpy()``, ``.realize()``); a TinyJit replay keeps the settings of its capture."""
+    mode = _LEGACY_FP32_MATMUL.get(fp32_matmul, fp32_matmul) if isinstance(fp32_matmul, str) else fp32_matmul
+    with _numerics(None if fidelity is None else fidelity_of(fidelity), fp32_acc, approx, mode, fp32_reduce) as num:
+        yield num
 
 
 def device_of(chip: int = 0) -> Any:

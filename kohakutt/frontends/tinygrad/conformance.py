@@ -108,9 +108,9 @@ def _checkout_tests(src: Path, files: list[str]) -> None:
 
 
 def _run(
-    device: str, scratch: Path, files: list[str], report: Path, extra: list[str], log: Path, fp32_matmul: str
+    device: str, scratch: Path, files: list[str], report: Path, extra: list[str], log: Path, allow_tf32: int
 ) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, DEV=device, KTT_TINYGRAD_FP32_MATMUL=fp32_matmul)
+    env = dict(os.environ, DEV=device, ALLOW_TF32=str(allow_tf32))
     env.pop("PYTHONPATH", None)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", PLUGIN, "--ktt-report", str(report)]
     with log.open("w") as out:
@@ -149,10 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="build/conformance-tinygrad", help="folder for the reports and logs")
     ap.add_argument("--baseline", default="CPU", help="tinygrad's own device to compare with (CPU needs clang)")
     ap.add_argument(
-        "--fp32-matmul",
-        choices=("card", "split"),
-        default="card",
-        help="KTT's float32 matmuls: card (one matmul, TF32 operands) or split (KTT_TINYGRAD_FP32_MATMUL)",
+        "--allow-tf32",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="tinygrad's ALLOW_TF32 for both runs: 0 (tinygrad's default; KTT splits float32 matmuls into bf16 parts, "
+        "float32 accuracy) or 1 (KTT runs them on TF32 operands)",
     )
     ap.add_argument("--no-baseline", action="store_true", help="reuse the baseline report already in --out")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds after which a test fails (0: never)")
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         devs = ("KTT",) if args.no_baseline else (args.baseline, "KTT")
         runs = {
-            dev: _run(dev, scratch, args.tests, out / f"{dev}.json", extra, out / f"{dev}.log", args.fp32_matmul)
+            dev: _run(dev, scratch, args.tests, out / f"{dev}.json", extra, out / f"{dev}.log", args.allow_tf32)
             for dev in devs
         }
         for dev, proc in runs.items():
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     result.update(
         baseline=args.baseline,
         select=args.select,
-        fp32_matmul=args.fp32_matmul,
+        allow_tf32=args.allow_tf32,
         wall_s=round(wall, 1),
         tinygrad=_versions(src),
     )
@@ -197,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tinygrad {v['installed']} installed; tests from {v['tests_from']} (declares {v['checkout_version']})")
     print(
         f"total: {t['ktt_passed']} / {t['cpu_passed']} = {100 * t['ratio']:.1f}% "
-        f"(fp32_matmul={args.fp32_matmul}, {wall / 60:.1f} min)"
+        f"(ALLOW_TF32={args.allow_tf32}, {wall / 60:.1f} min)"
     )
     for test, why in sorted(result["ktt_failures"].items()):
         print(f"  KTT fails {test}: {why}")

@@ -9,22 +9,22 @@ buffers, the others gathers with an uploaded index list. Each call then queues t
 from __future__ import annotations
 
 import itertools
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from kohakutt import config
 from kohakutt import kernels as kk
-from kohakutt.errors import BufferUseError, ConfigError
+from kohakutt.errors import BufferUseError
 from kohakutt.frontends.tinygrad import counters as stats
 from kohakutt.frontends.tinygrad.translate import Node, TileProgram, affine, evaluate_static
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.device import Device
+from kohakutt.ir.defs.matmul import split_counts
 from kohakutt.ir.dtypes import DType
-from kohakutt.ir.numerics import Fidelity, numerics
+from kohakutt.ir.numerics import Numerics
+from kohakutt.ir.numerics import current as current_numerics
 from kohakutt.ir.ops import TensorSpec
 from kohakutt.kernels.tensor import DeviceTensor, contiguous_strides
 
@@ -36,30 +36,16 @@ _DT = {
     "index": DType.INT32,
 }
 _NP = {"float32": np.float32, "bfloat16": np.float32, "int32": np.int32, "bool": np.bool_, "index": np.int32}
-FP32_MATMUL_MODES = ("card", "split")
-_scope = threading.local()
+_BY_TF32 = {False: Numerics(fp32_matmul="highest"), True: Numerics(fp32_matmul="high")}
 
 
-def fp32_matmul_mode() -> str:
-    """How float32 matmuls run here and now: the innermost :func:`fp32_matmul` scope, else
-    ``KTT_TINYGRAD_FP32_MATMUL``."""
-    stack = getattr(_scope, "stack", None)
-    return stack[-1] if stack else str(config.get("KTT_TINYGRAD_FP32_MATMUL"))
+def defaults() -> Numerics:
+    """The numerics tinygrad's own settings ask of a kernel run now: its ``ALLOW_TF32`` (default 0) picks float32
+    matmuls split into bf16 parts (float32 accuracy, ``fp32_matmul="highest"``) or on the card's TF32 operands
+    (``"high"``); a ``kohakutt.numerics`` / ``kohakutt.tinygrad.numerics`` scope overrides it."""
+    from tinygrad.helpers import ALLOW_TF32
 
-
-@contextmanager
-def fp32_matmul(mode: str) -> Iterator[None]:
-    """Run float32 matmuls queued inside as ``mode``: ``card`` (one matmul on TF32 operands) or ``split``."""
-    if mode not in FP32_MATMUL_MODES:
-        raise ConfigError(f"fp32_matmul={mode!r}: use 'card' (one matmul, TF32 operands) or 'split' (six matmuls)")
-    stack = getattr(_scope, "stack", None)
-    if stack is None:
-        stack = _scope.stack = []
-    stack.append(mode)
-    try:
-        yield
-    finally:
-        stack.pop()
+    return _BY_TF32[bool(ALLOW_TF32.value)]
 
 
 class KTTBuffer:
@@ -102,10 +88,11 @@ class _Call:
     def __init__(self, runner: TileRunner, bufs: dict[int, KTTBuffer]):
         self.r, self.bufs, self.temps = runner, bufs, []
         self.dev = runner.dev
+        self.defaults = defaults()
 
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any] | None = None, **kw: Any) -> DeviceTensor:
         stats.count_op(op)
-        outs = kk.run(op, inputs, attrs, device=self.dev, **kw)
+        outs = kk.run(op, inputs, attrs, device=self.dev, defaults=self.defaults, **kw)
         if "out" not in kw:
             self.temps.extend(outs)
         return outs[0]
@@ -238,8 +225,9 @@ class _Call:
         if a3.shape[0] == 1:
             a3 = _view(a3, a3.shape[1:], _strides(a3)[1:])
             b3 = _view(b3, b3.shape[1:], _strides(b3)[1:])
-        split = a3.dtype is b3.dtype is DType.FLOAT32 and fp32_matmul_mode() == "split"
-        c = self.split_matmul(a3, b3) if split else self.run("matmul", [a3, b3])
+        if split_counts(current_numerics().over(self.defaults), [a3.dtype, b3.dtype]) is not None:
+            stats.count("split_matmuls")  # the op library splits it (kohakutt.ir.defs.matmul)
+        c = self.run("matmul", [a3, b3])
         sizes = self.r.prog.sizes
         order = [*batch, *m, *nn]
         cst = contiguous_strides([sizes[x] for x in order])
@@ -247,33 +235,6 @@ class _Call:
         shape = self.r.prog.shape(frozenset(order))
         c = _view(c, shape, [where.get(j, 0) for j in range(len(sizes))])
         return self.cast(c, n.dtype)
-
-    def split_matmul(self, a: DeviceTensor, b: DeviceTensor) -> DeviceTensor:
-        """``a @ b`` for float32 operands to float32 accuracy on the matrix engine: each operand is split into three
-        bf16-exact parts (x = x0 + x1 + x2, by exact SFPU subtractions of bf16 roundings), which the unpacker passes
-        unchanged, and six matmuls at HiFi4 into an fp32 DST sum every product above 2^-24 of ``|a| |b|``, smallest
-        first. Inf and NaN stay in the leading parts' product, so they come out as one card matmul gives them."""
-        stats.count("split_matmuls")
-
-        def finite(x: DeviceTensor) -> DeviceTensor:
-            return self.run("where", [self.run("isfinite", [x]), x, 0.0])
-
-        def bf16(x: DeviceTensor) -> DeviceTensor:
-            return self.run("typecast", [self.run("typecast", [x], {"dtype": "bfloat16"})], {"dtype": "float32"})
-
-        def parts(x: DeviceTensor) -> tuple[DeviceTensor, DeviceTensor, DeviceTensor, DeviceTensor]:
-            x0 = bf16(x)
-            rest = finite(self.run("sub", [x, x0]))
-            x1 = bf16(rest)
-            return x0, finite(x0), x1, self.run("sub", [rest, x1])
-
-        (a0, a0f, a1, a2), (b0, b0f, b1, b2) = parts(a), parts(b)
-        with numerics(fidelity=Fidelity.HiFi4, fp32_acc=True):
-            terms = [(a2, b0f), (a1, b1), (a0f, b2), (a1, b0f), (a0f, b1), (a0, b0)]  # 2^-16, 2^-16, ..., 1
-            out = self.run("matmul", list(terms[0]))
-            for x, y in terms[1:]:
-                out = self.run("add", [out, self.run("matmul", [x, y])])
-            return out
 
     def store(self, i: int, n: Node, v: Any) -> None:
         kb, base, _ = self.param(n.args[0], n.dtype)

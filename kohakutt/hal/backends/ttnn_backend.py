@@ -43,6 +43,7 @@ NUM_COMMAND_QUEUES = 2
 TTNN_NAMES: tuple[str, ...] = (
     # devices
     "open_device", "close_device", "synchronize_device", "GetNumAvailableDevices", "get_arch_name", "Arch.BLACKHOLE",
+    "SetDefaultDevice", "GetDefaultDevice",
     "MeshDevice", "MeshDevice.arch", "MeshDevice.compute_with_storage_grid_size", "MeshDevice.dram_grid_size",
     "MeshDevice.get_device_ids", "MeshCoordinate", "device.DEFAULT_L1_SMALL_SIZE", "device.DEFAULT_TRACE_REGION_SIZE",
     # tensors and their memory
@@ -294,12 +295,16 @@ class TTNNBackend(Backend):
                 f"ttnn {_version(ttnn)} could not open chip {self.chip_id}: {_first_lines(e)}"
             ) from None
         self.ttnn = ttnn
+        if self.chip_id == 0:  # the op library's creation and random ops make their tensors on TT-NN's default device
+            ttnn.SetDefaultDevice(self.device)
 
     def card(self) -> CardSpec:
-        """The P150A's figures with the compute grid the device reports (13 x 10 on a P150 with TT-NN 0.81.1)."""
+        """The P150A's figures with the compute grid and DRAM banks the device reports (13 x 10 and 8 on a P150 with
+        TT-NN 0.81.1; a harvested chip has fewer columns)."""
         try:
             grid = self.device.compute_with_storage_grid_size()
-            return dataclasses.replace(P150A, grid=(int(grid.x), int(grid.y)))
+            banks = int(self.device.dram_grid_size().x)
+            return dataclasses.replace(P150A, grid=(int(grid.x), int(grid.y)), dram_banks=banks)
         except Exception:
             return P150A
 

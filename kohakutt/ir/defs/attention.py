@@ -13,6 +13,9 @@ Numerics: left unset (``Numerics()``), so each provider applies its own default:
 false, false)``: HiFi2, approximate SFPU mode, 16-bit DST; bf16 intermediates; 32 x 32 Q and K chunks); provider ktt
 (Kohaku-TT's flash attention program) runs at HiFi4 with an fp32 DST. A ``numerics(...)`` scope's fidelity applies to
 both; fp32_acc and approx apply to provider ttnn only (the own kernel always keeps fp32 statistics and exact exp).
+Both are one pass on TF32 (float32) or bf16 operands, with P rounded to bf16: ``fp32_matmul="medium"`` moves the own
+kernel to HiFi2, "highest" does not split them (PyTorch's float32 attention under "highest", its default, takes the
+math path on tt instead: split matmuls and an exact softmax).
 """
 
 from __future__ import annotations

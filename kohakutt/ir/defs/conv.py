@@ -8,6 +8,8 @@ scope's fidelity. Defaults are TT-NN 0.81.1's conv2d ones (tt-metal ``conv2d_uti
 ``fp32_dest_acc_en`` only for a float32 input with float32 weights (fp32_acc is left unset here and filled so by
 :func:`conv_numerics`). An fp32 DST sums in fp32; a bf16 DST is modelled as rounded once per block of one kernel
 row (kw x C/groups products: TT-NN's activation block width), where the card also rounds after each 16-wide MVMUL.
+float32 data follows ``fp32_matmul`` as a matmul does (the implicit GEMM is one): split into bf16 parts under
+"highest" (the default), one TF32 pass under "high", HiFi2 under "medium".
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kohakutt.ir.defs.matmul import float_tensor
+from kohakutt.ir.defs.matmul import default_fidelity, float_tensor
 from kohakutt.ir.dtypes import DType, promote
 from kohakutt.ir.numerics import Fidelity, Numerics
 from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, define
 
 FAMILY = "conv"
-CONV_DEFAULT = Numerics(Fidelity.HiFi4, None, True)
+CONV_DEFAULT = Numerics(None, None, True)  # fidelity: HiFi4 unless fp32_matmul says otherwise (conv_numerics)
 
 CONV_ATTRS: dict[str, Any] = {
     "stride": 1,
@@ -36,9 +38,11 @@ CONV_ATTRS: dict[str, Any] = {
 
 
 def conv_numerics(num: Numerics, x: DType, w: DType) -> tuple[Fidelity, bool]:
-    """The fidelity and fp32 accumulation a convolution runs with: the scope's, else TT-NN's conv2d defaults."""
+    """The fidelity and fp32 accumulation a one-pass convolution runs with: the scope's, else TT-NN's conv2d defaults
+    (HiFi2 for float32 operands under ``fp32_matmul="medium"``). Under ``fp32_matmul="highest"`` a float32
+    convolution is split like a matmul (``kohakutt.ir.defs.matmul.split_counts``): parts at HiFi4, fp32 DST."""
     acc = num.fp32_acc if num.fp32_acc is not None else (x is DType.FLOAT32 and w is DType.FLOAT32)
-    return num.fidelity if num.fidelity is not None else Fidelity.HiFi4, bool(acc)
+    return default_fidelity(num, (x, w), Fidelity.HiFi4), bool(acc)
 
 
 def per_dim(value: Any, d: int, name: str, op: str, minimum: int = 0) -> tuple[int, ...]:

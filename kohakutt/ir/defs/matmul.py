@@ -5,7 +5,12 @@ without a program config TT-NN runs a matmul at HiFi2, at LoFi when both operand
 bfloat4_b), at HiFi4 when both are float32; ``fp32_dest_acc_en`` is on exactly when the output is float32 and
 ``packer_l1_acc`` when it is not; ``math_approx_mode`` is off. The family default therefore leaves fidelity and
 fp32_acc unset (``None``): :func:`matmul_numerics` fills them from the operand dtypes that way, and a
-``kohakutt.numerics(...)`` scope overrides either. The card's products are modelled by ``cardmath``: in0 in SrcB,
+``kohakutt.numerics(...)`` scope overrides either. float32 operands follow the ``fp32_matmul`` setting (the scope's,
+else the frontend's: ``torch.set_float32_matmul_precision``, tinygrad's ``ALLOW_TF32``): ``"highest"`` (the default)
+splits every float32 operand into three bfloat16-exact parts and sums their six leading products (each exact at HiFi4)
+in an fp32 DST, smallest first: float32 accuracy for six matmul passes (:func:`split_counts`); ``"high"`` is one pass
+on the TF32 source registers at the fidelity above; ``"medium"`` the same at HiFi2 unless the scope names a
+fidelity. The card's products are modelled by ``cardmath``: in0 in SrcB,
 in1 in SrcA (TF32 source registers, fidelity phases); an fp32 DST sums in fp32, a bf16 DST is modelled as rounding
 to bf16 once per K block of 128 values (4 K tiles). The card rounds more often: TT-NN's default ``in0_block_w`` is 2
 tiles (each block packed and L1-accumulated in bf16), and inside a block DST is rounded after each 16-wide MVMUL of
@@ -28,25 +33,52 @@ MATMUL_DEFAULT = Numerics(None, None, False)  # fidelity / fp32_acc follow TT-NN
 OUTER_DEFAULT = Numerics(Fidelity.HiFi4, None, False)  # ttnn.outer is an element-wise multiply
 
 NUMERICS_NOTE = (
-    "Numerics: TT-NN's matmul defaults by dtype (HiFi2; LoFi when both operands are block floats; HiFi4 when both "
-    "are float32; fp32 accumulation exactly when the output is float32), products as the FPU forms them at the "
-    "fidelity (in0 in SrcB, in1 in SrcA, float32 truncated to TF32), a bf16 DST rounded once per 128-value K block; "
-    "the result rounded to the output dtype as stored."
+    "Numerics: a float32 operand under fp32_matmul='highest' (the default) is split into three bf16-exact parts "
+    "and the six leading part products (exact at HiFi4) are summed in an fp32 DST: float32 accuracy; otherwise "
+    "TT-NN's matmul defaults by dtype (HiFi2; LoFi when both operands are block floats; HiFi4 when both are float32, "
+    "HiFi2 under fp32_matmul='medium'; fp32 accumulation exactly when the output is float32), products as the FPU "
+    "forms them at the fidelity (in0 in SrcB, in1 in SrcA, float32 truncated to TF32), a bf16 DST rounded once per "
+    "128-value K block; the result rounded to the output dtype as stored."
 )
 
 
+def split_counts(num: Numerics, in_dtypes: Sequence[DType]) -> tuple[int, int] | None:
+    """How many bfloat16 parts each operand of a split (``fp32_matmul="highest"``) matmul has: 3 for a float32
+    operand, 1 for any other; None when the matmul is one pass (no float32 operand, or "high" / "medium")."""
+    if num.matmul_mode != "highest" or not any(d is DType.FLOAT32 for d in in_dtypes):
+        return None
+    return 3 if in_dtypes[0] is DType.FLOAT32 else 1, 3 if in_dtypes[1] is DType.FLOAT32 else 1
+
+
+def split_products(parts: tuple[int, int]) -> list[tuple[int, int]]:
+    """The (part of in0, part of in1) products a split matmul sums, smallest first: every pair whose weight is at
+    least 2^-16 of the leading product's (parts i + j <= 2), the rest being below float32's resolution."""
+    return [(i, j) for order in (2, 1, 0) for i in range(order + 1) if i < parts[0] and order - i < parts[1]
+            for j in (order - i,)]  # fmt: skip
+
+
+def default_fidelity(num: Numerics, in_dtypes: Sequence[DType], single: Fidelity) -> Fidelity:
+    """The scope's fidelity, else ``single`` (the family's one-pass default), HiFi2 for a float32 operand under
+    ``fp32_matmul="medium"``."""
+    if num.fidelity is not None:
+        return num.fidelity
+    if num.fp32_matmul == "medium" and any(d is DType.FLOAT32 for d in in_dtypes):
+        return Fidelity.HiFi2
+    return single
+
+
 def matmul_numerics(num: Numerics, in_dtypes: Sequence[DType], out_dtype: DType) -> tuple[Fidelity, bool]:
-    """The fidelity and fp32 accumulation a matmul runs with: the scope's settings, else TT-NN's dtype defaults."""
-    fid = num.fidelity
-    if fid is None:
-        if all(d is DType.FLOAT32 for d in in_dtypes):
-            fid = Fidelity.HiFi4
-        elif all(d.is_block for d in in_dtypes):
-            fid = Fidelity.LoFi
-        else:
-            fid = Fidelity.HiFi2
+    """The fidelity and fp32 accumulation a one-pass matmul runs with: the scope's settings, else TT-NN's dtype
+    defaults (HiFi2 for float32 operands under ``fp32_matmul="medium"``). A split matmul (:func:`split_counts`)
+    runs its parts at HiFi4 into an fp32 DST whatever these say."""
+    if all(d is DType.FLOAT32 for d in in_dtypes):
+        single = Fidelity.HiFi4
+    elif all(d.is_block for d in in_dtypes):
+        single = Fidelity.LoFi
+    else:
+        single = Fidelity.HiFi2
     acc = num.fp32_acc if num.fp32_acc is not None else out_dtype is DType.FLOAT32
-    return fid, bool(acc)
+    return default_fidelity(num, in_dtypes, single), bool(acc)
 
 
 def float_tensor(s: Spec, op: str, name: str) -> TensorSpec:

@@ -23,7 +23,9 @@ Numerics: TT-NN's reduce programs run at HiFi4 with fp32 DST accumulation and ex
 is given (tt-metal ``reduce_op.cpp``: ``init_device_compute_kernel_config(arch, nullopt, HiFi4, false, true)``);
 that is this family's default. The reduce LLK multiplies the data (SrcA) by a scaler tile (SrcB) under the fidelity
 and sums each tile into DST (FP32, or BF16 rounded after every tile when ``fp32_acc=False``). The sim models the
-details per op (see ``kohakutt/kernels/reduce.py``).
+details per op (see ``kohakutt/kernels/reduce.py``). That FPU reduce reads float32 data as TF32, so Kohaku-TT's own
+kernels (sum, mean, prod, vector_norm, logsumexp) add float32 data with float32 SFPU adds (multiplies for prod)
+unless the numerics say ``fp32_reduce="tf32"``: float32 reductions are float32-accurate by default.
 """
 
 from __future__ import annotations

@@ -287,23 +287,33 @@ def test_compile_in_worker_processes():
     close(q.numpy(), np.ones(4) * 3, 4 * TF32)
 
 
-def test_split_fp32_matmul_is_near_fp32(knobs):
-    """``split``: three bf16-exact parts per operand pass the unpacker unchanged, their products are exact at HiFi4,
-    and the dropped cross terms are below 2^-24 of |a||b| each; with fp32 accumulation (about sqrt(K) * 2^-24) the
-    error stays below 2^-20 of sum |a||b|, where one card matmul is off by up to 2^-10."""
+def test_split_fp32_matmul_is_near_fp32():
+    """ALLOW_TF32=0 (tinygrad's default): three bf16-exact parts per operand pass the unpacker unchanged, their
+    products are exact at HiFi4, and the dropped cross terms are below 2^-24 of |a||b| each; with fp32 accumulation
+    (about sqrt(K) * 2^-24) the error stays below 2^-20 of sum |a||b|, where one card matmul (ALLOW_TF32=1) is off by
+    up to 2^-10. The numerics scope overrides ALLOW_TF32, by its old names too."""
     g = rng(8)
     a, b = g.uniform(-2, 2, (9, 65)).astype(np.float32), g.uniform(-2, 2, (65, 7)).astype(np.float32)
     ref = a.astype(np.float64) @ b
     scale = np.abs(a).astype(np.float64) @ np.abs(b)
-    errs = {}
+
+    def err() -> float:
+        return float((np.abs((ktt(a) @ ktt(b)).numpy() - ref) / scale).max())
+
     before = counters.stats()["split_matmuls"]
-    for mode in ("card", "split"):
-        with ktg.numerics(fp32_matmul=mode):
-            errs[mode] = float((np.abs((ktt(a) @ ktt(b)).numpy() - ref) / scale).max())
-    assert counters.stats()["split_matmuls"] == before + 1
-    assert errs["split"] < 2.0**-20 < 2.0**-13 < errs["card"] < 2 * TF32
-    knobs(KTT_TINYGRAD_FP32_MATMUL="split")  # the knob sets the default; Inf and NaN come out as NumPy's
-    a[0, 3], a[1, 5] = np.inf, np.nan
+    errs = {"default": err()}
+    with Context(ALLOW_TF32=1):
+        errs["tf32"] = err()
+        with ktg.numerics(fp32_matmul="split"):
+            errs["split in tf32"] = err()
+    with ktg.numerics(fp32_matmul="card"):
+        errs["card"] = err()
+    with ktg.numerics(fp32_matmul="medium"):
+        errs["medium"] = err()
+    assert counters.stats()["split_matmuls"] == before + 2
+    assert max(errs["default"], errs["split in tf32"]) < 2.0**-20 < 2.0**-13 < errs["card"] < 2 * TF32
+    assert errs["card"] == errs["tf32"] < errs["medium"] < 2 * 2.0**-6  # HiFi2: in0 keeps 7 significant bits
+    a[0, 3], a[1, 5] = np.inf, np.nan  # the split keeps Inf and NaN where NumPy has them
     with np.errstate(invalid="ignore"):
         got, ref = (ktt(a) @ ktt(b)).numpy(), a.astype(np.float64) @ b
     np.testing.assert_array_equal(np.isinf(got), np.isinf(ref))

@@ -37,6 +37,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import kohakutt
 from kohakutt.errors import CommandError, DtypeError
 from kohakutt.kernels import registry
 
@@ -413,7 +414,8 @@ def test_sdpa_masks_and_the_fused_entry_point():
         for a, r, n in zip(gt, gd, "qkv"):
             within(a, r, rel(r, 2 * grad_rel), f"sdpa mask {mask.dtype} grad {n}")
     qt = q.to(DEV).requires_grad_(True)
-    y = F.scaled_dot_product_attention(qt, k.to(DEV), v.to(DEV))
+    with kohakutt.numerics(fp32_matmul="high"):  # float32 "highest" attention takes the math path
+        y = F.scaled_dot_product_attention(qt, k.to(DEV), v.to(DEV))
     assert type(y.grad_fn).__name__ == "ScaledDotProductFusedAttentionOverrideableBackward0"
 
 
@@ -573,7 +575,18 @@ def _graph_names(t: torch.Tensor) -> set[str]:
 
 @needs_norm
 def test_transformer_block_uses_the_fused_attention():
-    out = Block().to(DEV)(randn(2, 12, 32, seed=58).to(DEV))
+    """float32 attention takes the fused kernel under "high" / "medium"; under "highest" (PyTorch's default) its
+    math path, float32-accurate (tests/frontends/torch/test_precision.py); bfloat16 always the fused kernel."""
+    x = randn(2, 12, 32, seed=58)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        out = Block().to(DEV)(x.to(DEV))
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert "ScaledDotProductFusedAttentionOverrideableBackward0" in _graph_names(out)
+    assert "ScaledDotProductFusedAttentionOverrideableBackward0" not in _graph_names(Block().to(DEV)(x.to(DEV)))
+    out = Block().to(DEV).bfloat16()(x.to(DEV).bfloat16())
     assert "ScaledDotProductFusedAttentionOverrideableBackward0" in _graph_names(out)
 
 

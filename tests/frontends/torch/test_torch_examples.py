@@ -30,8 +30,8 @@ def test_tensors_example():
     text = run_example("01_tensors.py")
     sums = re.search(r"row sums: tensor\(\[([^\]]+)\]\)", text).group(1)
     ref = re.search(r"CPU float32 row sums: tensor\(\[([^\]]+)\]\)", text).group(1)
-    for a, b in zip(sums.split(","), ref.split(",")):
-        assert abs(float(a) - float(b)) <= 1e-2 * max(1.0, abs(float(b)))
+    for a, b in zip(sums.split(","), ref.split(",")):  # float32 matmuls (PyTorch's "highest"), 4 printed decimals
+        assert abs(float(a) - float(b)) <= 2e-4 * max(1.0, abs(float(b)))
     assert "loaded views share storage: True" in text and "float64 -> DtypeError" in text
     assert "autocast dtypes: torch.bfloat16 torch.float32" in text
     assert float(re.search(r"four 256 x 256 matmuls: ([0-9.]+) ms", text).group(1)) > 0
@@ -41,8 +41,8 @@ def test_training_example_matches_the_cpu():
     text = run_example("02_training.py")
     steps = re.findall(r"loss on tt ([0-9.]+), on the CPU ([0-9.]+)", text)
     assert len(steps) == 5
-    for tt, cpu in steps:
-        assert abs(float(tt) - float(cpu)) <= 5e-3 * float(cpu)
+    for tt, cpu in steps:  # float32 matmuls and sums: the CPU's float32 to its rounding (5 printed decimals)
+        assert abs(float(tt) - float(cpu)) <= 1e-4 * float(cpu)
     assert float(steps[-1][0]) < float(steps[0][0]) * 0.8
     assert float(re.search(r"accuracy ([0-9.]+)", text).group(1)) > 0.5
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from kohakutt import kernels as kk
 from kohakutt.errors import DtypeError, KohakuTTUnsupportedOperator
-from kohakutt.frontends.torch import runtime, tensors
+from kohakutt.frontends.torch import precision, runtime, tensors
 from kohakutt.frontends.torch.aten.registry import Args, _same_device_error, computed, kernel
 from kohakutt.frontends.torch.tensors import FROM_IR
 from kohakutt.ir import ops as irops
@@ -92,6 +92,7 @@ class Card:
             device=self.dev,
             stream=runtime.current_stream(self.index),
             provider=provider,
+            defaults=precision.defaults(),
         )
         return out
 
@@ -650,6 +651,13 @@ def rms_norm(
 
 
 # -------------------------------------------------------------------------------------------------------- attention
+def _fp32_accurate(*ts: torch.Tensor) -> bool:
+    """Whether float32 attention must be float32-accurate (``fp32_matmul="highest"``, PyTorch's default): then it
+    takes the math path (split matmuls, an exact softmax), as PyTorch's flash kernels refuse float32 on CUDA; the
+    fused kernel rounds P to bfloat16 and reads float32 operands as TF32 ("high" / "medium")."""
+    return any(t.dtype == torch.float32 for t in ts) and precision.fp32_matmul_mode() == "highest"
+
+
 @kernel("scaled_dot_product_attention", ir=("scaled_dot_product_attention",), dispatch_key="AutogradPrivateUse1",
         note="via _scaled_dot_product_fused_attention_overrideable; dropout etc.: the math path")  # fmt: skip
 @kernel("scaled_dot_product_attention", ir=("scaled_dot_product_attention",))  # under torch.inference_mode
@@ -665,12 +673,16 @@ def scaled_dot_product_attention(
 ) -> torch.Tensor:
     fused = (
         dropout_p == 0.0
+        and not _fp32_accurate(query, key, value)
         and query.dim() in (3, 4)
         and key.dim() == query.dim() == value.dim()
         and not (attn_mask is not None and (attn_mask.requires_grad or is_causal))
         and (enable_gqa or query.shape[-3] == key.shape[-3])
     )
     if not fused:
+        if attn_mask is not None and attn_mask.dtype == torch.bool:  # the math op adds its mask: bool as 0 / -inf,
+            # as PyTorch's own entry point converts it before choosing a kernel
+            attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill_(~attn_mask, float("-inf"))
         return aten._scaled_dot_product_attention_math(
             query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
         )[0]

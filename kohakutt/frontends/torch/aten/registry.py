@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from kohakutt import kernels as kk
-from kohakutt.frontends.torch import runtime, tensors
+from kohakutt.frontends.torch import precision, runtime, tensors
 from kohakutt.ir.dtypes import DType
 from kohakutt.kernels.tensor import DeviceTensor
 
@@ -303,7 +303,7 @@ def ir(
                 result = out  # nothing to compute into an empty output
                 break
     if out is None or result is not out:
-        result = kk.run(op, ops, attrs, out=out, device=dev, stream=stream)
+        result = kk.run(op, ops, attrs, out=out, device=dev, stream=stream, defaults=precision.defaults())
     for t in scratch:  # the casts made above are freed once the op has read them
         dev.free(t.buffer, stream)
     return result

@@ -1,0 +1,134 @@
+"""The boundary between the HAL's device tensors and the op library's TT-NN implementations (a real card).
+
+An op's tensor operands come as ttnn device tensors of their IR specs: the shape, the dtype the HAL stores (bool and
+uint8 as uint8, float16 as its uint16 bits, int64 as int32 word pairs of shape ``(*s, 2)``: see
+:mod:`kohakutt.kernels.wide`) and the layout (row-major unless the IR says tile). TT-NN's compute ops take tiles,
+and its tilize, reshape, pad and ternary ops take no uint8 (checked against TT-NN 0.81.1 on a mocked P150:
+``tests/ttnn``), so :func:`card_call` hands each implementation its tensor operands in tile layout, uint8 and uint16
+widened to int32 (exact), and brings each result to its IR output spec: dtype first (in tiles), then layout. An
+implementation therefore sees only tile tensors of float32, bfloat16, bfloat8_b, bfloat4_b, int32 or uint32, and
+may return any layout and dtype. An op with a float16 operand or result runs its implementation in float32 between
+``wide.half_op``'s exact conversions; one with an int64 operand or result runs ``wide``'s word-pair program where the op
+has one (``wide.card_impl``), takes int64 indices as their low words (:data:`INDEX_OPERANDS`), and is refused
+otherwise (its checked int32 path needs overflow flags read back, which no TT-NN runner does yet).
+
+Empty tensors never reach TT-NN (it cannot allocate them, and the HAL keeps no device tensor for an empty buffer):
+an op whose outputs are all empty returns ``None`` for each; one with an empty operand but a non-empty result is
+refused with :class:`KohakuTTUnsupportedOperator`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from kohakutt.errors import KohakuTTUnsupportedOperator
+from kohakutt.hal.layout import Layout
+from kohakutt.ir.dtypes import DType
+from kohakutt.ir.numerics import Numerics
+from kohakutt.ir.ops import ShapeError, Spec, TensorSpec
+
+# Every TT-NN name used here (checked against 0.81.1 by tests/hal/test_ttnn_contract.py).
+TTNN_NAMES: tuple[str, ...] = (
+    "to_layout", "typecast", "TILE_LAYOUT", "ROW_MAJOR_LAYOUT", "float32", "bfloat16", "bfloat8_b", "bfloat4_b",
+    "int32", "uint32", "uint16", "uint8", "Tensor.shape", "Tensor.dtype", "Tensor.layout",
+)  # fmt: skip
+
+# The TT-NN dtype each IR dtype is stored in on the card.
+STORED = {DType.FLOAT32: "float32", DType.BFLOAT16: "bfloat16", DType.BFLOAT8_B: "bfloat8_b",
+          DType.BFLOAT4_B: "bfloat4_b", DType.INT32: "int32", DType.INT64: "int32", DType.UINT32: "uint32",
+          DType.UINT16: "uint16", DType.UINT8: "uint8", DType.BOOL: "uint8", DType.FLOAT16: "uint16"}  # fmt: skip
+
+
+# Ops whose operands at these positions are indices: an int64 index goes to TT-NN as its low word, exact for every
+# index in range (the card checks no index of any width; the simulator raises IndexOutOfRangeError).
+INDEX_OPERANDS: dict[str, tuple[int, ...]] = {
+    "gather": (1,),
+    "scatter": (1,),
+    "index_select": (1,),
+    "embedding": (1,),
+    "embedding_backward": (1,),
+}
+
+
+def stored_dtype(tt: Any, dt: DType) -> Any:
+    """The TT-NN dtype an IR dtype is stored in on the card."""
+    return getattr(tt, STORED[dt])
+
+
+def card_shape(spec: TensorSpec) -> tuple[int, ...]:
+    """The shape of the TT-NN tensor holding a tensor of ``spec`` on the card (an int64 is a pair of int32 words)."""
+    return (*spec.shape, 2) if spec.dtype is DType.INT64 else tuple(spec.shape)
+
+
+def is_tensor(x: Any) -> bool:
+    return x is not None and not isinstance(x, int | float | bool) and hasattr(x, "layout")
+
+
+def operand(tt: Any, x: Any) -> Any:
+    """A tensor operand as the implementations take it: tiles; uint8 / uint16 widened to int32."""
+    if x.dtype == tt.uint8 or x.dtype == tt.uint16:
+        x = tt.typecast(x, tt.int32)
+    return x if x.layout == tt.TILE_LAYOUT else tt.to_layout(x, tt.TILE_LAYOUT)
+
+
+def result(tt: Any, y: Any, spec: TensorSpec) -> Any:
+    """An implementation's result in its IR output spec's dtype and layout (``None``: an output not computed)."""
+    if y is None:
+        return None
+    want = stored_dtype(tt, spec.dtype)
+    if y.dtype != want:
+        if y.layout != tt.TILE_LAYOUT:
+            y = tt.to_layout(y, tt.TILE_LAYOUT)
+        y = tt.typecast(y, want)
+    layout = tt.TILE_LAYOUT if spec.layout is Layout.TILE else tt.ROW_MAJOR_LAYOUT
+    return y if y.layout == layout else tt.to_layout(y, layout)
+
+
+def card_call(impl: Any, tt: Any, inputs: Sequence[Any], in_specs: Sequence[Spec], attrs: dict[str, Any],
+              numerics: Numerics, out_specs: Sequence[TensorSpec], **kw: Any) -> Any:  # fmt: skip
+    """Run TT-NN implementation ``impl`` (a registry ``Impl``) on ``inputs`` (ttnn tensors of the IR operand specs
+    ``in_specs``, ``None`` for an empty one, or Python numbers): its result, or list of results, in the IR output
+    specs."""
+    if all(s.numel == 0 for s in out_specs):
+        return None if len(out_specs) == 1 else [None] * len(out_specs)
+    if any(x is None or (is_tensor(x) and math.prod(tuple(x.shape)) == 0) for x in inputs):
+        raise KohakuTTUnsupportedOperator(
+            f"{impl.op}: an operand is empty and TT-NN takes no empty tensors, but the result is not empty; "
+            "run it on the host (KTT_CPU_FALLBACK=1) or avoid the empty operand"
+        )
+    from kohakutt.kernels import wide
+
+    operands = [operand(tt, x) if is_tensor(x) else x for x in inputs]
+    if impl.op in INDEX_OPERANDS and not any(s.dtype is DType.INT64 for s in out_specs):
+        for i in INDEX_OPERANDS[impl.op]:  # int64 indices: their low words (an index past int32 is out of range)
+            if i < len(in_specs) and isinstance(in_specs[i], TensorSpec) and in_specs[i].dtype is DType.INT64:
+                operands[i] = wide.words(tt, operands[i])[0]
+                in_specs = [*in_specs[:i], TensorSpec(in_specs[i].shape, DType.INT32, in_specs[i].layout),
+                            *in_specs[i + 1 :]]  # fmt: skip
+    dts = {s.dtype for s in (*in_specs, *out_specs) if isinstance(s, TensorSpec)}
+    try:
+        if DType.INT64 in dts:
+            program = wide.card_impl(impl.op, in_specs, out_specs)
+            if program is None:
+                raise KohakuTTUnsupportedOperator(
+                    "int64 runs on TT-NN as word-pair programs (add, sub, mul, compares, min / max, bitwise, sums) "
+                    "and takes int64 indices as their low words; this op's checked int32 path is not wired to the "
+                    "ttnn backend yet"
+                )
+            res = program(tt, operands, list(in_specs), dict(attrs), list(out_specs))
+        elif DType.FLOAT16 in dts:
+            res = wide.half_op(impl.fn)(tt, operands, list(in_specs), dict(attrs), numerics, list(out_specs))
+        else:
+            res = impl.fn(tt, operands, dict(attrs), numerics, list(out_specs), **kw)
+    except KohakuTTUnsupportedOperator as e:
+        if str(e).startswith(f"{impl.op}:"):
+            raise
+        raise KohakuTTUnsupportedOperator(f"{impl.op}: {e}") from None  # name the op asked for, not a helper
+    many = isinstance(res, list | tuple)
+    outs = list(res) if many else [res]
+    if len(outs) != len(out_specs):
+        raise ShapeError(f"{impl.op}: its TT-NN implementation gave {len(outs)} results for {len(out_specs)} outputs")
+    finished = [result(tt, y, s) for y, s in zip(outs, out_specs)]
+    return finished if many else finished[0]
