@@ -102,6 +102,10 @@ KNOBS: dict[str, Knob] = {
         Knob("KTT_SIM_KERNELS", _choice("cpp", "python"), "cpp",
              "How the simulator runs a program's kernels: `cpp` builds their C++ against the host build of the "
              "kernel API, `python` runs their Python twins."),
+        Knob("KTT_SIM_OPS", _choice("model", "program"), "model",
+             "How the simulator computes an op whose `ktt` implementation is a program: `model` with the program's "
+             "vectorized model (the same bits, tested), `program` by running the program itself through the HAL, "
+             "as a card does."),
         Knob("KTT_TINYGRAD_DTYPES", _choice("host", "error"), "host",
              "tinygrad kernels on dtypes the card lacks: `host` runs them on the host (counted, warned once), "
              "`error` raises DtypeError."),

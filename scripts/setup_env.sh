@@ -52,8 +52,10 @@ if ! command -v clang >/dev/null 2>&1; then
   fi
 fi
 # The kernel compile check (tests/ttnn/test_kernel_check.py) replays TT-Metal's JIT commands with clang for riscv32
-# over Debian's bare-metal newlib / libstdc++ headers; clang-format checks the kernels' formatting.
+# over Debian's bare-metal newlib / libstdc++ headers; clang-format checks the kernels' formatting; the C++ extension
+# example (examples/kernels/cpp_extension) builds with torch.utils.cpp_extension, which needs ninja.
 need=()
+command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
 [ -f /usr/include/newlib/stdint.h ] || need+=(libnewlib-dev)
 ls -d /usr/include/newlib/c++/* >/dev/null 2>&1 || need+=(libstdc++-arm-none-eabi-newlib)
 command -v clang-format >/dev/null 2>&1 || need+=(clang-format)

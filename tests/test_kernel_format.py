@@ -14,7 +14,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 STYLE = REPO / ".clang-format"
-KERNEL_DIRS = (REPO / "kohakutt" / "kernels" / "programs", REPO / "tests" / "hal" / "kernels")
+KERNEL_DIRS = (
+    REPO / "kohakutt" / "kernels" / "programs",
+    REPO / "tests" / "hal" / "kernels",
+    REPO / "examples" / "kernels",  # the custom-kernel examples
+    REPO / "kohakutt" / "include",  # the C++ extension headers
+)
 
 
 def kernel_files() -> list[Path]:

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal import cardcore
 from kohakutt.hal.card import CardSpec
 from kohakutt.ir.defs.fused import float_dtype
@@ -42,8 +43,9 @@ from kohakutt.kernels import cardmath as cm
 from kohakutt.kernels import cost
 from kohakutt.kernels.elementwise import BACKWARD_F64, compute_values
 from kohakutt.kernels.programs import fused as programs
+from kohakutt.kernels.programs.launch import OpLauncher
 from kohakutt.kernels.reduce import kernel_config, ttnn_dtype
-from kohakutt.kernels.registry import Estimate, SimCall, sim, ttnn
+from kohakutt.kernels.registry import Estimate, SimCall, register, sim, ttnn
 
 TILE = 32
 
@@ -446,23 +448,55 @@ ktt_rotary_backward_cost = _own(ttnn_rotary_backward_cost, _ktt_rotary_cycles)
 
 
 # ------------------------------------------------------------------------------------------------ registration
+_PROGRAM_DTYPES = (DType.BFLOAT16, DType.BFLOAT8_B, DType.BFLOAT4_B)
+
+
+def _takes(in_specs: Any, out_specs: Any, attrs: Any) -> bool:
+    """Operands the own programs take (bfloat16 or block floats; the builders check the rest)."""
+    return all(s.dtype in _PROGRAM_DTYPES for s in (*in_specs, *out_specs))
+
+
+LAUNCH = {op: OpLauncher(op, programs.build, _takes) for op in programs.BUILDERS}
+
+
+def _no_program(op: str) -> Callable[..., Any]:
+    def fn(*args: Any, **kwargs: Any) -> Any:
+        raise KohakuTTUnsupportedOperator(
+            f"{op}: Kohaku-TT's own program takes bfloat16 or block-float tensors in tile-sized shapes; these "
+            "operands run TT-NN's kernel: set KTT_CUSTOM_KERNELS=0 to choose it"
+        )
+
+    return fn
+
+
 sim("bias_gelu", estimate=ttnn_bias_gelu_cost)(_nonempty(ttnn_bias_gelu))
-sim("bias_gelu", provider="ktt", estimate=ktt_bias_gelu_cost, program=programs.bias_gelu_program)(
+sim("bias_gelu", provider="ktt", estimate=ktt_bias_gelu_cost, program=programs.bias_gelu_program,
+    launch=LAUNCH["bias_gelu"])(
     _nonempty(ktt_bias_gelu))  # fmt: skip
 sim("bias_gelu_backward", estimate=ttnn_bias_gelu_backward_cost)(_nonempty(ttnn_bias_gelu_backward))
 sim("silu_mul", estimate=ttnn_silu_mul_cost)(_nonempty(ttnn_silu_mul))
-sim("silu_mul", provider="ktt", estimate=ktt_silu_mul_cost, program=programs.glu_program)(_nonempty(ktt_silu_mul))
+sim("silu_mul", provider="ktt", estimate=ktt_silu_mul_cost, program=programs.glu_program, launch=LAUNCH["silu_mul"])(
+    _nonempty(ktt_silu_mul)
+)
 sim("silu_mul_backward", estimate=ttnn_silu_mul_backward_cost)(_nonempty(ttnn_silu_mul_backward))
 sim("swiglu", estimate=ttnn_swiglu_cost)(_nonempty(ttnn_swiglu))
-sim("swiglu", provider="ktt", estimate=ktt_swiglu_cost, program=programs.glu_program)(_nonempty(ktt_swiglu))
+sim("swiglu", provider="ktt", estimate=ktt_swiglu_cost, program=programs.glu_program, launch=LAUNCH["swiglu"])(
+    _nonempty(ktt_swiglu)
+)
 sim("swiglu_backward", estimate=ttnn_swiglu_backward_cost)(_nonempty(ttnn_swiglu_backward))
 sim("rotary_embedding", estimate=ttnn_rotary_cost)(_nonempty(ttnn_rotary))
-sim("rotary_embedding", provider="ktt", estimate=ktt_rotary_cost, program=programs.rotary_program)(
+sim("rotary_embedding", provider="ktt", estimate=ktt_rotary_cost, program=programs.rotary_program,
+    launch=LAUNCH["rotary_embedding"])(
     _nonempty(ktt_rotary))  # fmt: skip
 sim("rotary_embedding_backward", estimate=ttnn_rotary_backward_cost)(_nonempty(ttnn_rotary_backward))
 sim("rotary_embedding_backward", provider="ktt", estimate=ktt_rotary_backward_cost,
-    program=programs.BUILDERS["rotary_embedding_backward"])(
+    program=programs.BUILDERS["rotary_embedding_backward"], launch=LAUNCH["rotary_embedding_backward"])(
     _nonempty(lambda call: ktt_rotary(call, backward=True)))  # fmt: skip
+
+
+# On a card the own programs run through generic_op: the same launchers, over the card's buffers.
+for _op, _launch in LAUNCH.items():
+    register(_op, "ttnn", "ktt", estimate=None, program=programs.BUILDERS[_op], launch=_launch)(_no_program(_op))
 
 
 # ============================================================================================ TT-NN (a real card)

@@ -52,6 +52,9 @@ class Impl:
     estimate: Estimate | None = None
     program: Callable[..., Any] | None = None  # the own kernel's hal program builder, where there is one
     random: bool = False  # draws from the device's random stream
+    # The program path: launch(inputs, outs, attrs, numerics, stream) queues the op's program through the HAL and
+    # returns True, or returns False when the program does not take these operands (kernels.programs.launch).
+    launch: Callable[..., bool] | None = None
 
     def __repr__(self) -> str:
         return f"Impl({self.op}, {self.backend}, {self.provider})"
@@ -61,7 +64,8 @@ IMPLS: dict[tuple[str, str, str], Impl] = {}
 
 
 def register(op: str, backend: str, provider: str = "ttnn", *, estimate: Estimate | None = None,
-             program: Callable[..., Any] | None = None, random: bool = False) -> Callable[[Callable], Callable]:
+             program: Callable[..., Any] | None = None, random: bool = False,
+             launch: Callable[..., bool] | None = None) -> Callable[[Callable], Callable]:
     """Decorator: ``fn`` implements IR op ``op`` on ``backend`` for ``provider``."""
     if provider not in PROVIDERS:
         raise KohakuTTError(f"unknown provider {provider!r}; use one of {PROVIDERS}")
@@ -70,7 +74,7 @@ def register(op: str, backend: str, provider: str = "ttnn", *, estimate: Estimat
         key = (op, backend, provider)
         if key in IMPLS:
             raise KohakuTTError(f"{op} has two {provider} implementations on {backend}")
-        IMPLS[key] = Impl(op, backend, provider, fn, estimate, program, random)
+        IMPLS[key] = Impl(op, backend, provider, fn, estimate, program, random, launch)
         return fn
 
     return deco

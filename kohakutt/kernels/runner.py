@@ -236,8 +236,11 @@ def run(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None = None,
         for o, s in zip(outs, out_specs):
             if o.spec.shape != s.shape:
                 raise ShapeError(f"{op}: out tensor has shape {o.shape}, the result has {s.shape}")
-    buffers, in_views, out_views = _layout(op, inputs, outs)
     impl = plan.impl
+    program_path = impl.launch is not None and (dev.backend.name != "sim" or config.get("KTT_SIM_OPS") == "program")
+    if program_path and impl.launch(inputs, outs, bound, plan.numerics, stream or dev.current_stream):  # type: ignore
+        return outs  # queued as the op's program through the HAL (kernels.programs.launch)
+    buffers, in_views, out_views = _layout(op, inputs, outs)
     kwargs = {"impl": impl, "in_views": in_views, "out_views": out_views, "in_specs": specs, "attrs": bound,
               "numerics": plan.numerics, "out_specs": out_specs, "seed": (0, 0)}
     if plan.int64_checked or (out is not None and _stores_int64_as_float(plan, specs, outs)):

@@ -609,7 +609,7 @@ def test_ttnn_calls_use_only_declared_names(num):
         d = irops.get(op)
         attrs = d.bind_attrs(attrs)
         specs = [TensorSpec(s, DType.BFLOAT16) for s in shapes]
-        out = kk.lookup(op, "ttnn").fn(Recorder(log), [Recorder(log, "Tensor", s) for s in shapes], attrs, num,
+        out = kk.lookup(op, "ttnn", "ttnn").fn(Recorder(log), [Recorder(log, "Tensor", s) for s in shapes], attrs, num,
                                        d.infer(specs, attrs))  # fmt: skip
         assert out is not None
     declared = set(kf.TTNN_NAMES)

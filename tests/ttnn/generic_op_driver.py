@@ -1,9 +1,10 @@
 """Run in the TT-NN venv on the mocked P150 (``mock_p150.MockP150.run``): launch each described program variant
-(``program_variants.describe``, a JSON list on stdin) through ``ttnn.generic_op`` with the ``ProgramDescriptor`` the
-ttnn backend builds (``kohakutt.hal.backends.ttnn_program.program_descriptor``), over TT-NN tensors of the
-variant's buffers, and report for each whether it got past every host-side check to TT-Metal's kernel build (the
-stand-in compiler stops it there). With ``--baseline`` it first launches TT-NN's own eltwise SFPU example (exp)
-with the interleaved copy reader and writer, the check's baseline. Prints one JSON object as its last line."""
+(``program_variants.describe``, a JSON list on stdin) through the ttnn backend's own launch path
+(``TTNNBackend.run_program``: the ``ProgramDescriptor`` of ``ttnn_program.program_descriptor``, then
+``ttnn.generic_op``) over TT-NN tensors of the variant's buffers, and report for each whether it got past every
+host-side check to TT-Metal's kernel build (the stand-in compiler stops it there). With ``--baseline`` it first
+launches TT-NN's own eltwise SFPU example (exp) with the interleaved copy reader and writer, the check's baseline.
+Prints one JSON object as its last line."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import mock_p150
 import ttnn
 
-from kohakutt.hal.backends.ttnn_program import program_descriptor
+from kohakutt.hal.backends.ttnn_backend import TTNNBackend, TTNNBuffer
 from kohakutt.hal.program import CircularBuffer, CoreRange, Kernel, Program, Semaphore
 
 
@@ -63,14 +64,21 @@ def program_of(v: dict, addresses: list[int]) -> Program:
     return Program(v["program"], kernels, cbs, sems, runtime_args=runtime)
 
 
+def backend_on(dev) -> TTNNBackend:
+    """The ttnn backend of the HAL, on the mocked device (opened here by TT-NN itself)."""
+    be = TTNNBackend(0)
+    be.ttnn, be.device = ttnn, dev
+    return be
+
+
 def launch(dev, v: dict) -> dict:
+    """Launch variant ``v`` through the ttnn backend's own ``run_program`` (its ProgramDescriptor, generic_op)."""
     tensors = [_tensor(dev, b) for b in v["buffers"]]
     addresses = [t.buffer_address() for t in tensors]
     prog = program_of(v, addresses)
-    fake = [types.SimpleNamespace(address=a) for a in addresses]
+    buffers = [types.SimpleNamespace(handle=TTNNBuffer(t, None), address=a) for t, a in zip(tensors, addresses)]
     try:
-        desc = program_descriptor(ttnn, prog, fake, addresses, {})
-        ttnn.generic_op(tensors, desc)
+        backend_on(dev).run_program(prog, buffers, {})
         return {"name": v["name"], "reached_build": False, "ran": True, "error": ""}
     except Exception as e:
         return {

@@ -13,6 +13,7 @@ and launches it on the mocked P150 through the ttnn backend's own descriptor cod
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -241,11 +242,64 @@ def _attention(dev: Any) -> list[tuple[str, Program, list]]:
     return out
 
 
+def _custom(dev: Any) -> list[tuple[str, Program, list]]:
+    """The custom-kernel examples' programs, built by the op layer as a call would build them: the Python example's
+    gated GELU (``examples/kernels/python``) and the C++ extension's swiglu kernels (``examples/kernels/cpp_extension``:
+    the same kernel files and circular buffers its C++ builder gives)."""
+    import importlib.util
+    import sys
+
+    from kohakutt import kernels as kk
+    from kohakutt.kernels.custom import ProgramOp
+    from kohakutt.kernels.tensor import empty
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "kernels"
+    spec = importlib.util.spec_from_file_location("ktt_gated_gelu_example", examples / "python" / "gated_gelu_op.py")
+    if "torch" not in sys.modules:  # the example registers a torch op at import: it is imported here with torch
+        import torch  # noqa: F401
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = kk.from_numpy(dev, np.zeros((64, 96), np.float32), "bfloat16", "tile")
+    b = kk.from_numpy(dev, np.zeros((64, 96), np.float32), "bfloat16", "tile")
+    out = empty(dev, a.spec)
+    op = ProgramOp("variants::gated_gelu", mod.gated_gelu_program)
+    sig = op.signature({"a": a, "b": b}, {"out": out.spec})
+    out_list = [("custom_gated_gelu", _with_runtime(op.build(sig), {"tiles": 6, "scale": kk.bits(0.5)}),
+                 [a.buffer, b.buffer, out.buffer])]  # fmt: skip
+
+    cpp = examples / "cpp_extension" / "kernels"
+    cores = kk.CoreRange((0, 0), (3, 0))
+    ref = sig["a"]
+
+    def args(bufs: Sequence[Any], rt: Any) -> dict:
+        split = kk.split_work(bufs[2].num_pages, cores)
+        return {"reader": {c: [bufs[0].address, bufs[1].address, s, n] for c, s, n in split},
+                "compute": {c: [n] for c, s, n in split},
+                "writer": {c: [bufs[2].address, s, n] for c, s, n in split}}  # fmt: skip
+
+    swiglu = kk.Program("swiglu", [
+        kk.Kernel("reader", cpp / "reader.cpp", cores, compile_time_args=[*ref.accessor_args(), *ref.accessor_args()]),
+        kk.Kernel("compute", cpp / "compute.cpp", cores, fp32_dest_acc_en=True),
+        kk.Kernel("writer", cpp / "writer.cpp", cores, compile_time_args=ref.accessor_args())],
+        [kk.CircularBuffer(i, ref.format, ref.page_size, 2, cores) for i in (0, 1, 16)], runtime_args=args)  # fmt: skip
+    out_list.append(("custom_cpp_swiglu", swiglu, [a.buffer, b.buffer, out.buffer]))
+    return out_list
+
+
+def _with_runtime(program: Program, runtime: dict) -> Program:
+    """``program`` whose runtime-args function always gets ``runtime`` (describe() resolves with none)."""
+    import dataclasses
+
+    fn = program.runtime_args
+    return dataclasses.replace(program, runtime_args=lambda bufs, rt: fn(bufs, {**runtime, **rt}))
+
+
 FAMILIES: dict[str, Callable[[Any], list[tuple[str, Program, list]]]] = {
     "fused": _fused,
     "norm": _norm,
     "conv": _conv,
     "attention": _attention,
+    "custom": _custom,
 }
 
 

@@ -91,11 +91,13 @@ def test_ttnn_own_kernels_pass_the_check(checked):
 
 
 def test_the_own_programs_compile_with_zero_errors(checked):
-    own = {str(p.resolve()) for p in SOURCE_DIR.rglob("*") if p.suffix in (".cpp", ".h")}
+    examples = REPO / "examples" / "kernels"  # the custom-kernel examples' kernels are held to the same check
+    own = {str(p.resolve()) for d in (SOURCE_DIR, examples) for p in d.rglob("*") if p.suffix in (".cpp", ".h")}
     errors = sorted(set(kc.report(checked["replays"], {r.kernel: own for r in checked["replays"]})))
     assert not errors, f"{len(errors)} errors in the programs' kernels:\n" + "\n".join(errors[:40])
     programs = {Path(str(k["path"])).parent.name for v in checked["variants"] for k in v["kernels"]}
     assert {"conv2d", "flash_attention", "layer_norm", "bias_gelu", "glu", "rotary_embedding"} <= programs
+    assert {"gated_gelu", "kernels"} <= programs  # examples/kernels/python/gated_gelu, cpp_extension/kernels
 
 
 def test_the_check_finds_planted_errors_and_names_kernel_file_and_line(checked):

@@ -23,17 +23,17 @@ import numpy as np
 from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal import formats
 from kohakutt.hal.buffer import Buffer
-from kohakutt.hal.card import P150A, CardSpec
-from kohakutt.hal.layout import TILE, Format, Layout, padded_shape
+from kohakutt.hal.layout import TILE, Format, Layout, padded_shape, tile_count
 from kohakutt.hal.program import (
     CircularBuffer,
-    CoreRange,
     CoreRangeSet,
     Kernel,
     Program,
     Work,
+    require_dram,
     split_work,
     tensor_accessor_args,
+    worker_cores,
 )
 from kohakutt.ir import ops as irops
 from kohakutt.ir.dtypes import DType
@@ -296,19 +296,9 @@ def rotary_form(head_dim: int, interleaved: bool) -> str | None:
 
 # ------------------------------------------------------------------------------------------------- building
 def _accessors(*tensors: DeviceTensor) -> list[int]:
-    """The compile-time args of the kernel's TensorAccessorArgs, one set per tensor in order."""
-    return [a for t in tensors for a in tensor_accessor_args(t.buffer.page_size, t.buffer.kind)]
-
-
-def worker_cores(units: int, card: CardSpec = P150A, max_cores: int | None = None) -> CoreRangeSet:
-    """The first ``min(units, max_cores, grid)`` worker cores, row by row (one core at least)."""
-    gx, gy = card.grid
-    n = max(1, min(units, max_cores or gx * gy, gx * gy))
-    full, rest = divmod(n, gx)
-    ranges = [CoreRange((0, 0), (gx - 1, full - 1))] if full else []
-    if rest:
-        ranges.append(CoreRange((0, full), (rest - 1, full)))
-    return CoreRangeSet.of(ranges)
+    """The compile-time args of the kernel's TensorAccessorArgs, one set per tensor in order (tile-layout tensors in
+    DRAM: a page is one tile of the tensor's format)."""
+    return [a for t in tensors for a in tensor_accessor_args(_fmt(t).tile_bytes, "dram")]
 
 
 def _compute(source: Path, sim: Callable[[Any], None], cores: CoreRangeSet, num: Numerics, fp32: bool,
@@ -329,7 +319,7 @@ def _fmt(t: DeviceTensor) -> Format:
 def _work(tiles: int, ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], reads_per_tile: float,
           fpu: int, sfpu: int, matmul: int = 0) -> Work:  # fmt: skip
     """DRAM bytes (each operand tile read ``reads_per_tile`` times per output tile, the output once) and tile ops."""
-    out_bytes = sum(o.buffer.nbytes for o in outs)
+    out_bytes = sum(tile_count(o.shape) * _fmt(o).tile_bytes for o in outs)
     per_tile = sum(_fmt(t).tile_bytes for t in ins) * reads_per_tile
     return Work(dram_bytes=int(out_bytes + per_tile * tiles), fpu_tiles=fpu * tiles, sfpu_tiles=sfpu * tiles,
                 matmul_tiles=matmul * tiles)  # fmt: skip
@@ -340,7 +330,7 @@ def bias_gelu_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor],
     """gelu(x + bias) over every tile of x (the bias tile of each column broadcast down its rows by the reader)."""
     x, bias = ins
     (out,) = outs
-    tiles = out.buffer.num_pages
+    tiles = tile_count(out.shape)
     wt = padded_shape(x.shape)[-1] // TILE
     cores = worker_cores(tiles, max_cores=max_cores)
     tanh = attrs["approximate"] == "tanh"
@@ -389,7 +379,7 @@ def glu_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], attrs
     (swiglu)."""
     split = len(ins) == 1
     (out,) = outs
-    tiles = out.buffer.num_pages
+    tiles = tile_count(out.shape)
     half, inner = split_geometry(ins[0].shape, attrs["dim"]) if split else (1, 1)
     cores = worker_cores(tiles, max_cores=max_cores)
     im = Format.FLOAT32 if fp32 else Format.BFLOAT16
@@ -431,7 +421,7 @@ def rotary_program(ins: Sequence[DeviceTensor], outs: Sequence[DeviceTensor], at
     ht, wt = p[-2] // TILE, p[-1] // TILE
     matrices = math.prod(p[:-2])
     per_matrix = _cache_per_matrix(cs.shape, shape) and _cache_per_matrix(sn.shape, shape)
-    tiles = out.buffer.num_pages
+    tiles = tile_count(out.shape)
     cores = worker_cores(tiles, max_cores=max_cores)
     swap = form == "swap"
     half = 0 if interleaved else head_dim // 2
@@ -525,6 +515,7 @@ def run_program(op: str, inputs: Sequence[DeviceTensor], attrs: Mapping[str, Any
     dev = inputs[0].device
     outs = [empty(dev, TensorSpec(s.shape, s.dtype, Layout.TILE)) for s in out_specs]
     program = build(op, inputs, outs, bound, resolve(d.numerics), max_cores)
+    require_dram(program.name, dict(zip(program.tensors or (), [x.buffer for x in inputs])))
     dev.run_program(program, [t.buffer for t in (*inputs, *outs)])
     return outs
 
