@@ -117,10 +117,11 @@ class KernelChecker:
             name = self._cb_name(idx)
             if c.reserved:
                 self.problem(c.reserve_site or self.k.site, f"{self.k.name} reserves {_pages(c.reserved)} of {name} "
-                             "that it never pushes: every page reserved must be pushed by the end of the kernel")
+                             "that it never pushes: every page reserved must be pushed by the end of the "
+                             "kernel")  # fmt: skip
             if c.waited:
                 self.problem(c.wait_site or self.k.site, f"{self.k.name} waits for {_pages(c.waited)} of {name} that "
-                             "it never pops: every page pushed must be popped by the end of the program")
+                             "it never pops: every page pushed must be popped by the end of the program")  # fmt: skip
         if s.pending_read is not None:
             self.problem(s.pending_read, "no k.reads_done() after this read: the kernel may end before it lands")
         if s.pending_write is not None:
@@ -176,7 +177,8 @@ class KernelChecker:
     def loop(self, st: Loop, s: State, regs: Regs | None, depth: int) -> None:
         if regs is not None and regs.phase == "math" and _contains(st.body, Pack):
             self.problem(st.site, "the first c.pack of a c.registers() block is inside this loop: the registers go "
-                         "to the packer once per block; pack after the loop, or open c.registers() inside it")
+                         "to the packer once per block; pack after the loop, or open c.registers() inside "
+                         "it")  # fmt: skip
             return
         before = copy.deepcopy(s)
         after = self.walk(st.body, copy.deepcopy(s), regs, depth + 1)
@@ -191,7 +193,7 @@ class KernelChecker:
     def when(self, st: When, s: State, regs: Regs | None, depth: int) -> None:
         if regs is not None and regs.phase == "math" and _contains(st.body, Pack):
             self.problem(st.site, "the first c.pack of a c.registers() block is inside this k.when: the registers go "
-                         "to the packer once per block on every path; pack outside the k.when")
+                         "to the packer once per block on every path; pack outside the k.when")  # fmt: skip
             return
         before = copy.deepcopy(s)
         after = self.walk(st.body, copy.deepcopy(s), regs, depth + 1)
@@ -205,10 +207,11 @@ class KernelChecker:
             name = self._cb_name(idx)
             if a.reserved != b.reserved:
                 self.problem(st.site, f"{what} {verb} with {_pages(a.reserved)} of {name} reserved and not pushed, "
-                             f"but starts with {b.reserved}: reserve and push the same pages on every path")
+                             f"but starts with {b.reserved}: reserve and push the same pages on every "
+                             "path")  # fmt: skip
             if a.waited != b.waited:
                 self.problem(st.site, f"{what} {verb} with {_pages(a.waited)} of {name} waited for and not popped, "
-                             f"but starts with {b.waited}: wait for and pop the same pages on every path")
+                             f"but starts with {b.waited}: wait for and pop the same pages on every path")  # fmt: skip
 
     # ---------------------------------------------------------------------------------------- data movement
     def cb_op(self, st: CBOp, s: State) -> None:
@@ -244,8 +247,9 @@ class KernelChecker:
                 got = "no pages waited for" if not c.waited else f"only {_pages(c.waited)} waited for"
                 self.problem(st.site, f"{cb.name}.pop({n}) with {got}: {cb.name}.wait({n}) first")
             if c.unflushed is not None:
-                self.problem(st.site, f"{cb.name}.pop while the write at line {c.unflushed.line} out of it may still be "
-                             "reading its page: call k.flushed() (or k.writes_done()) before the pop")  # fmt: skip
+                self.problem(st.site, f"{cb.name}.pop while the write at line {c.unflushed.line} out of it may "
+                             "still be reading its page: call k.flushed() (or k.writes_done()) before the "
+                             "pop")  # fmt: skip
             c.waited = max(0, c.waited - n)
             if not c.waited:
                 c.wait_site = None

@@ -75,26 +75,31 @@ def _table() -> dict[str, OpSpec]:
     for name, stem in (("add_scalar", "add"), ("sub_scalar", "sub"), ("mul_scalar", "mul"), ("div_scalar", "div"),
                        ("rsub_scalar", "rsub")):  # fmt: skip
         add(OpSpec(name, "scalar", "binop_with_scalar", "sfpu", "binop_with_scalar_tile_init()",
-                   f"{stem}_unary_tile({{slot}}, {{value}})", "api/compute/eltwise_unary/binop_with_scalar.h", "sfpu"))
+                   f"{stem}_unary_tile({{slot}}, {{value}})", "api/compute/eltwise_unary/binop_with_scalar.h",
+                   "sfpu"))  # fmt: skip
     add(OpSpec("fill", "fill", "fill", "sfpu", "fill_tile_init()", "fill_tile_bitcast({slot}, {value})",
                "api/compute/eltwise_unary/fill.h", "sfpu"))  # fmt: skip
     # SFPU ops on two DST slots
     for name in ("add", "sub", "mul", "div"):
         add(OpSpec(name, "binary", f"binary_{name}", "sfpu", f"{name}_binary_tile_init()",
-                   f"{name}_binary_tile({{a}}, {{b}}, {{out}})", "api/compute/eltwise_binary_sfpu.h", "sfpu"))
+                   f"{name}_binary_tile({{a}}, {{b}}, {{out}})", "api/compute/eltwise_binary_sfpu.h",
+                   "sfpu"))  # fmt: skip
     for name in ("max", "min"):
         add(OpSpec(name, "binary", f"binary_{name}", "sfpu", f"binary_{name}_tile_init()",
-                   f"binary_{name}_tile({{a}}, {{b}}, {{out}})", "api/compute/binary_max_min.h", "sfpu"))
+                   f"binary_{name}_tile({{a}}, {{b}}, {{out}})", "api/compute/binary_max_min.h", "sfpu"))  # fmt: skip
     # FPU element-wise ops on CB tiles, and their broadcasts (B's row 0 / column 0 / element 0)
     for op in ("add", "sub", "mul"):
         add(OpSpec(f"{op}_tiles", "fpu", f"{op}_tiles", "fpu", f"{op}_init({{cb0}}, {{cb1}})",
-                   f"{op}_tiles({{cb0}}, {{cb1}}, {{t0}}, {{t1}}, {{slot}})", "api/compute/eltwise_binary.h", "fpu"))
+                   f"{op}_tiles({{cb0}}, {{cb1}}, {{t0}}, {{t1}}, {{slot}})", "api/compute/eltwise_binary.h",
+                   "fpu"))  # fmt: skip
         for dim in ("rows", "cols", "scalar"):
-            add(OpSpec(f"{op}_bcast_{dim}", "fpu", f"{op}_bcast_{dim}", "fpu", f"{op}_bcast_{dim}_init({{cb0}}, {{cb1}})",
+            name = f"{op}_bcast_{dim}"
+            add(OpSpec(name, "fpu", name, "fpu", f"{name}_init({{cb0}}, {{cb1}})",
                        f"{op}_tiles_bcast_{dim}({{cb0}}, {{cb1}}, {{t0}}, {{t1}}, {{slot}})", "api/compute/bcast.h",
                        "fpu"))  # fmt: skip
     add(OpSpec("matmul", "fpu", "matmul", "fpu", "matmul_init({cb0}, {cb1})",
-               "matmul_tiles({cb0}, {cb1}, {t0}, {t1}, {slot})", "api/compute/matmul.h", "matmul", "reverse"))
+               "matmul_tiles({cb0}, {cb1}, {t0}, {t1}, {slot})", "api/compute/matmul.h", "matmul",
+               "reverse"))  # fmt: skip
     # reductions: (tile of cb) reduced along a dim, times the scaler tile's value, accumulated into the slot
     for dim, cdim in (("row", "REDUCE_ROW"), ("col", "REDUCE_COL"), ("scalar", "REDUCE_SCALAR")):
         for pool, cpool in (("sum", "SUM"), ("avg", "AVG"), ("max", "MAX")):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kohakutt.dsl.metal import check, codegen
-from kohakutt.dsl.metal.expr import Expr, Site, caller_site, fail
+from kohakutt.dsl.metal.expr import Site, caller_site, fail
 from kohakutt.dsl.metal.trace import (
     CB,
     Barrier,
@@ -38,7 +38,7 @@ from kohakutt.dsl.metal.trace import (
 )
 from kohakutt.errors import KernelDSLError
 from kohakutt.hal.card import P150A, CardSpec
-from kohakutt.hal.layout import Format, Layout, MemoryKind
+from kohakutt.hal.layout import Format, Layout
 from kohakutt.hal.program import CoreRange, CoreRangeSet, Kernel, Program, Work, split_work, tensor_accessor_args
 
 MASK = 0xFFFFFFFF
@@ -159,7 +159,8 @@ class DSLProgram:
             b = getattr(given[t.name], "buffer", given[t.name])
             if getattr(b, "layout", None) is not Layout.TILE:
                 raise KernelDSLError(f"program {self.name!r}: tensor {t.name} is in {getattr(b, 'layout', '?')} "
-                                     "layout; DSL programs address tensors by tile pages: give tile-layout tensors")  # fmt: skip
+                                     "layout; DSL programs address tensors by tile pages: give tile-layout "
+                                     "tensors")  # fmt: skip
             if b.fmt not in (Format.BFLOAT16, Format.FLOAT32, Format.BFLOAT8_B, Format.BFLOAT4_B):
                 raise KernelDSLError(f"program {self.name!r}: tensor {t.name} holds {b.fmt.value}; DSL programs "
                                      "compute on float tiles (bfloat16, float32, bfloat8_b, bfloat4_b)")  # fmt: skip
@@ -308,7 +309,7 @@ def _count(body: Iterable[Stmt], env: Mapping[str, int], mult: int, tally: dict[
            page: Mapping[str, int]) -> None:  # fmt: skip
     """Add the body's DRAM bytes and tile ops, run ``mult`` times, to ``tally`` (``k.when`` bodies as if taken)."""
     for st in body:
-        if isinstance(st, Read) or isinstance(st, Write):
+        if isinstance(st, (Read, Write)):
             tally["dram"] += mult * page[st.page.tensor.name]
         elif isinstance(st, TileOp):
             tally[st.spec.cost] += mult

@@ -69,7 +69,7 @@ class CB:
 
     def _record(self, op: str, n: int) -> None:
         k = current_kernel(f"{self.name}.{op}")
-        if isinstance(n, Expr) or isinstance(n, bool) or not isinstance(n, int):
+        if isinstance(n, (Expr, bool)) or not isinstance(n, int):
             raise fail(f"{self.name}.{op}({n!r}): page counts are Python ints (a CB's size is fixed when the program "
                        "is defined)")  # fmt: skip
         k.emit(CBOp(caller_site(), op, self, n))
@@ -236,7 +236,7 @@ class KernelBuilder:
         site = caller_site()
         if stop is None:
             start, stop = 0, start
-        if isinstance(step, Expr) or isinstance(step, bool) or not isinstance(step, int) or step <= 0:
+        if isinstance(step, (Expr, bool)) or not isinstance(step, int) or step <= 0:
             raise fail(f"k.range step must be a positive Python int, got {step!r}", site)
         key = f"{self.name}.loop{next(self._loops)}"
         var = Sym(_loop_name(site), "loop", site, key)
@@ -384,7 +384,8 @@ class Compute(KernelBuilder):
             _arity(name, args, 3, "(a, b, out): slot out = slot a <op> slot b")
             op = TileOp(site, s, slots=tuple(_slot(a, name) for a in args))
         elif s.form in ("fpu", "reduce"):
-            what = "(cb, scaler_cb, tile, scaler_tile, slot)" if s.form == "reduce" else "(cb0, cb1, tile0, tile1, slot)"
+            what = ("(cb, scaler_cb, tile, scaler_tile, slot)" if s.form == "reduce"
+                    else "(cb0, cb1, tile0, tile1, slot)")  # fmt: skip
             _arity(name, args, 5, what)
             if not all(isinstance(a, CB) for a in args[:2]):
                 raise fail(f"c.op({name!r}) takes {what}: the first two are CBs")
