@@ -40,7 +40,21 @@ from kohakutt.hal.allocator import align_up
 from kohakutt.hal.card import P150A, CardSpec
 from kohakutt.hal.layout import Format
 
-UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN"})()
+
+class _Unknown:
+    """A value the walk cannot know here (it depends on a loop or k.when); one object, kept by copies."""
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+    def __copy__(self) -> _Unknown:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> _Unknown:
+        return self
+
+
+UNKNOWN: Any = _Unknown()
 CB_ALIGN = 64  # TT-Metal places each CB at the DRAM alignment
 SMALLEST_TILE = min(f.tile_bytes for f in (Format.BFLOAT16, Format.FLOAT32, Format.BFLOAT8_B, Format.BFLOAT4_B))
 
@@ -169,6 +183,8 @@ class KernelChecker:
         elif isinstance(st, Registers):
             r = Regs(st.site)
             self.walk(st.body, s, r, 0)
+            if r.did_reduce:  # the DSL ends a reduce with its block (reduce_uninit): the next one needs its init
+                s.fpu, s.reduce = Init_(None, st.site), None
         elif isinstance(st, Loop):
             self.loop(st, s, regs, depth)
         elif isinstance(st, When):

@@ -92,6 +92,13 @@ class Namer:
         (self.scopes[-1] if self.scopes else self.taken).add(name)
         return name
 
+    def free(self) -> str:
+        """A loop variable's name when the DSL loop has none (``for _ in ...``): i, j, l, m, n, then i_1, ..."""
+        for want in ("i", "j", "l", "m", "n"):
+            if want not in self.taken and not any(want in s for s in self.scopes):
+                return self.claim(want)
+        return self.claim("i")
+
 
 # -------------------------------------------------------------------------------------------- the emitter
 class Emitter:
@@ -284,7 +291,7 @@ class KernelGen:
 
     def loop(self, st: Loop, e: Emitter, u: Unit) -> Unit:
         self.namer.scopes.append(set())
-        self.names[st.var.key] = self.namer.claim(st.var.name)
+        self.names[st.var.key] = self.namer.claim(st.var.name) if st.var.name else self.namer.free()
         v = self.names[st.var.key]
         inc = f"++{v}" if st.step == 1 else f"{v} += {st.step}"
         e.line(f"for (uint32_t {v} = {self.r(st.start)}; {v} < {self.r(st.stop)}; {inc}) {{", st.site)
@@ -317,6 +324,10 @@ class KernelGen:
             e.line("tile_regs_commit();", st.site)
             e.line("tile_regs_wait();", st.site)
         e.line("tile_regs_release();", st.site)
+        if _reduces(st.body):  # a reduce ends with its block: the packer's mask goes with it
+            e.line("reduce_uninit();", st.site)
+            u = copy.copy(u)
+            u.reduce = False
         return u
 
     def _sources(self, sp: opspec.OpSpec, cbs: tuple[CB, ...]) -> tuple[int | None, int | None]:
@@ -385,6 +396,15 @@ class KernelGen:
 def _join(a: Unit, b: Unit) -> Unit:
     """Each field that both states agree on; the rest unknown (None)."""
     return Unit(*(x if x == y else None for x, y in zip(a.known(), b.known())))
+
+
+def _reduces(body: Iterable[Stmt]) -> bool:
+    for st in body:
+        if isinstance(st, TileOp) and st.spec.form == "reduce":
+            return True
+        if isinstance(st, (Loop, When)) and _reduces(st.body):
+            return True
+    return False
 
 
 def _has_pack(st: Stmt) -> bool:

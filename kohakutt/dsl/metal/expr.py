@@ -188,6 +188,17 @@ class Const(Expr):
         return self.value
 
 
+class Bits(Const):
+    """The fp32 bits of a float written in the DSL: shown as hex with the float beside it."""
+
+    def __init__(self, value: int, x: float):
+        super().__init__(value)
+        self.x = x
+
+    def render(self, names: Mapping[str, str] | None = None) -> str:
+        return f"0x{self.value:08x}u /* {self.x!r} */"
+
+
 class Sym(Expr):
     """A named value: a runtime argument (``kind`` "runtime", "start", "count") or a loop variable ("loop")."""
 
@@ -309,5 +320,5 @@ def poly_str(p: Poly, names: Mapping[str, str] | None = None) -> str:
     return " + ".join(terms).replace("+ -", "- ")
 
 
-__all__ = ["MASK", "BinOp", "Const", "Expr", "Poly", "Site", "Sym", "as_expr", "caller_site", "fail", "poly",
+__all__ = ["MASK", "BinOp", "Bits", "Const", "Expr", "Poly", "Site", "Sym", "as_expr", "caller_site", "fail", "poly",
            "poly_add", "poly_mul", "poly_str", "render"]  # fmt: skip

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kohakutt.dsl.metal import ops as opspec
-from kohakutt.dsl.metal.expr import Const, Expr, Site, Sym, as_expr, caller_site, fail
+from kohakutt.dsl.metal.expr import Bits, Const, Expr, Site, Sym, as_expr, caller_site, fail
 from kohakutt.hal.layout import Format
 
 MAX_CBS = 64  # Blackhole: CB ids 0..63 per core
@@ -433,7 +433,7 @@ def _scalar(v: Any, name: str) -> Expr:
     if isinstance(v, float):
         from kohakutt.dsl.metal import bits
 
-        return Const(bits(v))
+        return Bits(bits(v), v)
     if isinstance(v, int) and not isinstance(v, bool):
         return as_expr(v, f"c.op({name!r}) value (fp32 bits)")
     raise fail(f"c.op({name!r}) value= is a float, its fp32 bits (an int, bits(x)) or a runtime value; got {v!r}")
@@ -441,8 +441,8 @@ def _scalar(v: Any, name: str) -> Expr:
 
 def _loop_name(site: Site) -> str:
     m = re.search(r"\bfor\s+([A-Za-z_]\w*)\s+in\b", site.text)
-    name = m.group(1) if m else "i"
-    return "i" if name == "_" else name
+    name = m.group(1) if m else "_"
+    return "" if name == "_" else name  # "": a free name (i, j, ...) is chosen when the C++ is written
 
 
 def assigned_names(site: Site) -> list[str | None] | None:
