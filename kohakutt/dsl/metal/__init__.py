@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 
 from kohakutt.dsl.metal import ops
-from kohakutt.dsl.metal.program import DSLProgram, program
+from kohakutt.dsl.metal.core import DSLProgram, program
 from kohakutt.dsl.metal.trace import CB, Out, Slot, TensorRef
 from kohakutt.errors import KernelDSLError
 
