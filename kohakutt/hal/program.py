@@ -149,6 +149,20 @@ def split_work(units: int, cores: CoreSpec) -> list[tuple[CoreCoord, int, int]]:
     return out
 
 
+def worker_cores(units: int, card: CardSpec | None = None, max_cores: int | None = None) -> CoreRangeSet:
+    """The first ``min(units, max_cores, grid)`` worker cores of ``card`` (the P150A's by default), row by row (one
+    core at least): the cores a program splits ``units`` of work over."""
+    from kohakutt.hal.card import P150A
+
+    gx, gy = (card or P150A).grid
+    n = max(1, min(units, max_cores or gx * gy, gx * gy))
+    full, rest = divmod(n, gx)
+    ranges = [CoreRange((0, 0), (gx - 1, full - 1))] if full else []
+    if rest:
+        ranges.append(CoreRange((0, full), (rest - 1, full)))
+    return CoreRangeSet.of(ranges)
+
+
 def _coord(c: Any) -> CoreCoord:
     try:
         x, y = c
@@ -465,11 +479,14 @@ class Program:
 
     # ----------------------------------------------------------------------------------------------- validate
     def validate(self, card: CardSpec, buffers: Sequence[Buffer], runtime_args: Mapping[str, Any]) -> None:
-        """Check the hardware's rules for running over ``buffers``; raise ProgramError listing every broken one."""
-        problems: list[str] = []
-        self._check_kernels(card, problems)
-        self._check_cbs(card, buffers, problems)
-        self._check_semaphores(card, problems)
+        """Check the hardware's rules for running over ``buffers``; raise ProgramError listing every broken one.
+
+        What depends only on the program (kernels, sources, CB layout, semaphores) is checked once per program and
+        card and remembered; what depends on the run (L1 left beside L1 buffers, the buffers, the runtime
+        arguments) at every call."""
+        static, footprints = self._static_check(card)
+        problems = list(static)
+        self._check_l1_room(card, buffers, footprints, problems)
         if self.tensors is not None and len(buffers) != len(self.tensors):
             problems.append(f"takes {len(self.tensors)} buffers ({', '.join(self.tensors)}), "
                             f"got {len(buffers)}")  # fmt: skip
@@ -478,6 +495,20 @@ class Program:
         if problems:
             head = f"program {self.name!r} breaks {'a rule' if len(problems) == 1 else f'{len(problems)} rules'}"
             raise ProgramError(head + ": " + "; ".join(problems))
+
+    def _static_check(self, card: CardSpec) -> tuple[list[str], list[tuple[CoreCoord, int, str]]]:
+        """The problems of the program itself on ``card``, and each distinct CB set's L1 footprint (core, bytes,
+        parts), cached while the program's kernels, CBs and semaphores are the same objects."""
+        key = (id(card), tuple(map(id, self.kernels)), tuple(map(id, self.cbs)), tuple(map(id, self.semaphores)))
+        hit = self.__dict__.get("_static")
+        if hit is not None and hit[0] == key:
+            return hit[1], hit[2]
+        problems: list[str] = []
+        self._check_kernels(card, problems)
+        footprints = self._check_cbs(card, problems)
+        self._check_semaphores(card, problems)
+        self.__dict__["_static"] = (key, problems, footprints)
+        return problems, footprints
 
     def _check_grid(self, what: str, cores: CoreRangeSet, card: CardSpec, problems: list[str]) -> None:
         gx, gy = card.grid
@@ -522,7 +553,7 @@ class Program:
                                     "at most one reader, one writer and one compute kernel")  # fmt: skip
                     break
 
-    def _check_cbs(self, card: CardSpec, buffers: Sequence[Buffer], problems: list[str]) -> None:
+    def _check_cbs(self, card: CardSpec, problems: list[str]) -> list[tuple[CoreCoord, int, str]]:
         for cb in self.cbs:
             what = f"CB {cb.index}"
             if not 0 <= cb.index < card.num_cbs:
@@ -536,8 +567,7 @@ class Program:
                 problems.append(f"{what} holds {cb.format.value} in {cb.page_size} B pages, not a whole number of "
                                 f"{cb.format.itemsize}-byte values")  # fmt: skip
             self._check_grid(what, cb.cores, card, problems)
-        l1_buffers = _l1_buffer_bytes_per_core(card, buffers)
-        room = card.l1_usable - l1_buffers
+        footprints: list[tuple[CoreCoord, int, str]] = []
         checked: set[tuple[int, ...]] = set()
         for core in dict.fromkeys(c for cb in self.cbs for c in cb.cores.cores()):
             on = self.cbs_on(core)
@@ -550,8 +580,19 @@ class Program:
                 continue
             checked.add(key)
             total = sum(align_up(cb.total_size, _cb_align(card)) for cb in on)
+            parts = ", ".join(f"CB {cb.index}: {cb.num_pages} x {cb.page_size} B" for cb in on)
+            footprints.append((core, total, parts))
+        return footprints
+
+    def _check_l1_room(self, card: CardSpec, buffers: Sequence[Buffer],
+                       footprints: list[tuple[CoreCoord, int, str]], problems: list[str]) -> None:  # fmt: skip
+        """The CBs of each core within the L1 that L1 buffers leave."""
+        if not footprints:
+            return
+        l1_buffers = _l1_buffer_bytes_per_core(card, buffers)
+        room = card.l1_usable - l1_buffers
+        for core, total, parts in footprints:
             if total > room:
-                parts = ", ".join(f"CB {cb.index}: {cb.num_pages} x {cb.page_size} B" for cb in on)
                 beside = f", less {l1_buffers:,} B of L1 buffers" if l1_buffers else ""
                 problems.append(f"circular buffers on core {core} need {total:,} B of L1 ({parts}), more than the "
                                 f"{room:,} B usable ({card.l1_usable:,} B per core{beside}); use fewer or "
@@ -639,5 +680,5 @@ __all__ = [
     "FPU_TILE_CYCLES", "KINDS", "MAX_RUNTIME_ARGS", "NUM_SEMAPHORES", "PROGRAM_LAUNCH_NS", "SFPU_TILE_CYCLES",
     "CircularBuffer", "CoreCoord", "CoreRange", "CoreRangeSet", "Kernel", "MathFidelity", "Program", "RuntimeArgs",
     "Semaphore", "Work", "aligned_page_size", "old_api_forms", "read_source", "require_dram", "split_work",
-    "tensor_accessor_args",
+    "tensor_accessor_args", "worker_cores",
 ]  # fmt: skip

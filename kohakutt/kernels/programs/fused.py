@@ -23,17 +23,16 @@ import numpy as np
 from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal import formats
 from kohakutt.hal.buffer import Buffer
-from kohakutt.hal.card import P150A, CardSpec
 from kohakutt.hal.layout import TILE, Format, Layout, padded_shape
 from kohakutt.hal.program import (
     CircularBuffer,
-    CoreRange,
     CoreRangeSet,
     Kernel,
     Program,
     Work,
     split_work,
     tensor_accessor_args,
+    worker_cores,
 )
 from kohakutt.ir import ops as irops
 from kohakutt.ir.dtypes import DType
@@ -298,17 +297,6 @@ def rotary_form(head_dim: int, interleaved: bool) -> str | None:
 def _accessors(*tensors: DeviceTensor) -> list[int]:
     """The compile-time args of the kernel's TensorAccessorArgs, one set per tensor in order."""
     return [a for t in tensors for a in tensor_accessor_args(t.buffer.page_size, t.buffer.kind)]
-
-
-def worker_cores(units: int, card: CardSpec = P150A, max_cores: int | None = None) -> CoreRangeSet:
-    """The first ``min(units, max_cores, grid)`` worker cores, row by row (one core at least)."""
-    gx, gy = card.grid
-    n = max(1, min(units, max_cores or gx * gy, gx * gy))
-    full, rest = divmod(n, gx)
-    ranges = [CoreRange((0, 0), (gx - 1, full - 1))] if full else []
-    if rest:
-        ranges.append(CoreRange((0, full), (rest - 1, full)))
-    return CoreRangeSet.of(ranges)
 
 
 def _compute(source: Path, sim: Callable[[Any], None], cores: CoreRangeSet, num: Numerics, fp32: bool,
