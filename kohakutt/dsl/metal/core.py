@@ -14,7 +14,6 @@ import math
 import numbers
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +38,11 @@ from kohakutt.dsl.metal.trace import (
 from kohakutt.errors import KernelDSLError
 from kohakutt.hal.card import P150A, CardSpec
 from kohakutt.hal.layout import Format, Layout
-from kohakutt.hal.program import CoreRange, CoreRangeSet, Kernel, Program, Work, split_work, tensor_accessor_args
+from kohakutt.hal.program import CircularBuffer, CoreRangeSet, Kernel, Program, Work, split_work, worker_cores
+from kohakutt.kernels.custom import ProgramOp, Signature
+from kohakutt.kernels.tensor import DeviceTensor
 
 MASK = 0xFFFFFFFF
-
-
-@dataclass(frozen=True)
-class Variant:
-    """What a HAL program of this DSL program is built for: each tensor's format and memory, and the core count."""
-
-    formats: tuple[tuple[str, str], ...]
-    cores: int
 
 
 class DSLProgram:
@@ -66,9 +59,9 @@ class DSLProgram:
         self.kernels: dict[str, KernelTrace] = dict(builder.kernels)
         self.max_cores = max_cores
         self.generated = codegen.generate(builder)
-        self._programs: dict[Variant, Program] = {}
         self._compiled: set[tuple[tuple[str, str], ...]] = set()
         self._lock = threading.Lock()
+        self._op: ProgramOp | None = None
 
     # ------------------------------------------------------------------------------------------- inspection
     @property
@@ -123,52 +116,75 @@ class DSLProgram:
         return f"<km.program {self.name!r}: {', '.join(g.name for g in self._ordered())}>"
 
     # ----------------------------------------------------------------------------------------- specializing
-    def build(self, buffers: Mapping[str, Any], runtime: Mapping[str, Any], card: CardSpec | None = None) -> Program:
-        """The HAL program for these tensors (``name -> Buffer``) and runtime values (checked)."""
-        bufs = self._buffers(buffers)
-        values = self.check_runtime(runtime)
-        card = card or _card_of(bufs) or P150A
-        units = self._units(values)
-        limit = card.grid[0] * card.grid[1]
-        n = max(1, min(units, self.max_cores or limit, limit)) if self.split is not None else 1
-        formats = tuple((bufs[t.name].fmt.value, bufs[t.name].kind.value) for t in self.tensors)
-        key = Variant(formats, n)
+    def build_program(self, sig: Signature, card: CardSpec | None = None) -> Program:
+        """The HAL program for a call's tensors (the op layer's builder, ``kohakutt.kernels.custom``): the CBs take
+        the formats of the tensors they are ``like``, each kernel's ``TensorAccessorArgs`` the tensors' page sizes;
+        the cores are the grid's first ``max_cores`` (all by default), each given its share of ``p.split`` at run
+        time. Shapes, addresses and runtime values are runtime arguments: every call with these formats runs this
+        program."""
+        card = card or P150A
+        refs = {r.name: r for r in sig.tensors}
+        self._check_names(set(refs), f"a call of program {self.name!r}")
+        for t in self.tensors:
+            r = refs[t.name]
+            if r.output != t.is_output:
+                what = "an output (km.Out)" if t.is_output else "an input (km.TensorRef)"
+                raise fail(f"tensor {t.name} is {what} of program {self.name!r}, but the call gives it as "
+                           f"{'an output' if r.output else 'an input'}", t.site)  # fmt: skip
+            if r.layout is not Layout.TILE:
+                raise fail(f"program {self.name!r} reads {t.name} by tile pages; the call gives it in "
+                           f"{r.layout.value} layout (leave layouts= out: the op layer stages it into tiles)",
+                           t.site)  # fmt: skip
+            if r.format not in TILE_FORMATS:
+                raise fail(f"program {self.name!r}: tensor {t.name} is {r.format.value}; DSL programs compute on "
+                           "float tiles (bfloat16, float32, bfloat8_b, bfloat4_b): convert it first",
+                           t.site)  # fmt: skip
+        fmts = {idx: cb.dtype if cb.dtype is not None else refs[cb.like.name].format  # type: ignore[union-attr]
+                for idx, cb in self.cbs.items()}  # fmt: skip
+        need = check.cb_bytes((cb, fmts[idx].tile_bytes) for idx, cb in self.cbs.items())
+        if need > card.l1_usable:
+            parts = ", ".join(f"{cb.name} (line {cb.site.line}): {cb.pages} x {fmts[i].tile_bytes} B "
+                              f"{fmts[i].value}" for i, cb in sorted(self.cbs.items()))  # fmt: skip
+            raise fail(f"program {self.name!r}: its circular buffers need {need:,} B of L1 per core with these "
+                       f"tensors ({parts}), more than the {card.l1_usable:,} B usable: use fewer pages",
+                       self.site)  # fmt: skip
+        gx, gy = card.grid
+        cores = worker_cores(gx * gy, card, self.max_cores if self.split is not None else 1)
+        cbs = [CircularBuffer(idx, fmts[idx], fmts[idx].tile_bytes, cb.pages, cores)
+               for idx, cb in sorted(self.cbs.items())]  # fmt: skip
+        kernels = []
+        for g in self._ordered():
+            kt = self.kernels[g.role]
+            ct = [a for t in g.accessors for a in refs[t].accessor_args()]
+            kernels.append(Kernel(g.role, g.source, cores, None, compile_time_args=ct, name=g.name,
+                                  math_fidelity=kt.fidelity, fp32_dest_acc_en=kt.fp32_dest,
+                                  math_approx_mode=kt.approx))  # fmt: skip
         with self._lock:
-            prog = self._programs.get(key)
-            if prog is None:
-                prog = self._make(bufs, card, n)
-                self._programs[key] = prog
-                self._compiled.add(formats)
-        return prog
+            self._compiled.add(tuple((refs[t.name].format.value, refs[t.name].kind.value) for t in self.tensors))
+        return Program(self.name, kernels, cbs, runtime_args=self._runtime_args(cores, sig.names),
+                       tensors=sig.names, work=self._work(cores, sig.names))  # fmt: skip
 
-    def _units(self, values: Mapping[str, int]) -> int:
-        if self.split is None:
-            return 1
-        return self.split.total.eval(values)
-
-    def _buffers(self, given: Mapping[str, Any]) -> dict[str, Any]:
+    def _check_names(self, given: set[str], what: str) -> None:
         names = [t.name for t in self.tensors]
         missing = [n for n in names if n not in given]
-        extra = [n for n in given if n not in names]
+        extra = sorted(given - set(names))
         if missing or extra:
-            raise KernelDSLError(f"program {self.name!r} takes tensors {names}; "
-                                 + (f"missing {missing}" if missing else "") + ("; " if missing and extra else "")
-                                 + (f"unknown {extra}" if extra else ""))  # fmt: skip
-        out = {}
-        for t in self.tensors:
-            b = getattr(given[t.name], "buffer", given[t.name])
-            if getattr(b, "layout", None) is not Layout.TILE:
-                raise KernelDSLError(f"program {self.name!r}: tensor {t.name} is in {getattr(b, 'layout', '?')} "
-                                     "layout; DSL programs address tensors by tile pages: give tile-layout "
-                                     "tensors")  # fmt: skip
-            if b.fmt not in (Format.BFLOAT16, Format.FLOAT32, Format.BFLOAT8_B, Format.BFLOAT4_B):
-                raise KernelDSLError(f"program {self.name!r}: tensor {t.name} holds {b.fmt.value}; DSL programs "
-                                     "compute on float tiles (bfloat16, float32, bfloat8_b, bfloat4_b)")  # fmt: skip
-            out[t.name] = b
-        return out
+            parts = ([f"leaves out {missing}"] if missing else []) + ([f"gives {extra}, unknown"] if extra else [])
+            raise fail(f"{what} {' and '.join(parts)}: its tensors are {names}", self.site)
 
-    def check_runtime(self, runtime: Mapping[str, Any]) -> dict[str, int]:
-        """The runtime values as uint32s, checked against the names the program declares."""
+    def check_call(self, call: Any) -> None:
+        """That a ``km.Call`` names this program's inputs, outputs and runtime values."""
+        ins, outs = set(getattr(call, "inputs", {})), set(getattr(call, "outputs", {}))
+        self._check_names(ins | outs, f"the call of program {self.name!r}")
+        for t in self.tensors:
+            if t.is_output != (t.name in outs):
+                raise fail(f"km.Call gives {t.name} as {'an input' if t.is_output else 'an output'}, but program "
+                           f"{self.name!r} declares it {'km.Out' if t.is_output else 'km.TensorRef'}",
+                           t.site)  # fmt: skip
+        self.check_runtime(getattr(call, "runtime", {}), values=False)
+
+    def check_runtime(self, runtime: Mapping[str, Any], values: bool = True) -> dict[str, int]:
+        """The runtime values as uint32s, checked against the names the program declares (``p.runtime``)."""
         declared = self.runtime_values
         missing = [n for n in declared if n not in runtime]
         extra = [n for n in runtime if n not in declared]
@@ -177,11 +193,13 @@ class DSLProgram:
             raise fail(f"program {self.name!r} runs without runtime value {missing[0]!r} (declared here); pass "
                        f"runtime={{{', '.join(repr(n) + ': ...' for n in declared)}}}", s.site)  # fmt: skip
         if extra:
-            raise KernelDSLError(f"program {self.name!r} has no runtime value {extra[0]!r}; it declares "
-                                 f"{list(declared)} (p.runtime)")  # fmt: skip
+            raise fail(f"program {self.name!r} has no runtime value {extra[0]!r}; it declares {list(declared)} "
+                       "(p.runtime)", self.site)  # fmt: skip
         out = {}
         for n, v in runtime.items():
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                if not values and not isinstance(v, float):
+                    continue  # a symbolic size (torch.compile's fake run): checked when the op runs
                 raise fail(f"runtime value {n!r} is {v!r}: runtime values are uint32 (pass a float's fp32 bits, "
                            "bits(x))", declared[n].site)  # fmt: skip
             if not 0 <= int(v) <= MASK:
@@ -189,36 +207,6 @@ class DSLProgram:
                            "v & 0xFFFFFFFF", declared[n].site)  # fmt: skip
             out[n] = int(v)
         return out
-
-    def _cb_format(self, cb: CB, bufs: Mapping[str, Any]) -> Format:
-        return cb.dtype if cb.dtype is not None else bufs[cb.like.name].fmt  # type: ignore[union-attr]
-
-    def _make(self, bufs: Mapping[str, Any], card: CardSpec, n: int) -> Program:
-        fmts = {idx: self._cb_format(cb, bufs) for idx, cb in self.cbs.items()}
-        need = check.cb_bytes((cb, fmts[idx].tile_bytes) for idx, cb in self.cbs.items())
-        room = card.l1_usable
-        if need > room:
-            parts = ", ".join(f"{cb.name} (line {cb.site.line}): {cb.pages} x {fmts[i].tile_bytes} B "
-                              f"{fmts[i].value}" for i, cb in sorted(self.cbs.items()))  # fmt: skip
-            raise fail(f"program {self.name!r}: its circular buffers need {need:,} B of L1 per core with these "
-                       f"tensors ({parts}), more than the {room:,} B usable: use fewer pages", self.site)  # fmt: skip
-        cores = _worker_cores(n, card)
-        from kohakutt.hal.program import CircularBuffer
-
-        cbs = [CircularBuffer(idx, fmts[idx], fmts[idx].tile_bytes, cb.pages, cores)
-               for idx, cb in sorted(self.cbs.items())]  # fmt: skip
-        kernels = []
-        for g in self._ordered():
-            kt = self.kernels[g.role]
-            ct: list[int] = []
-            for t in g.accessors:
-                b = bufs[t]
-                ct += tensor_accessor_args(b.fmt.tile_bytes, b.kind.value)
-            kernels.append(Kernel(g.role, g.source, cores, None, compile_time_args=ct, name=g.name,
-                                  math_fidelity=kt.fidelity, fp32_dest_acc_en=kt.fp32_dest,
-                                  math_approx_mode=kt.approx))  # fmt: skip
-        return Program(f"{self.name}", kernels, cbs, runtime_args=self._runtime_args(cores),
-                       tensors=tuple(t.name for t in self.tensors), work=self._work(cores))  # fmt: skip
 
     def _envs(self, cores: CoreRangeSet, values: Mapping[str, int]) -> list[tuple[tuple[int, int], dict[str, int]]]:
         """Per core, the value of every symbol its kernels read."""
@@ -228,8 +216,8 @@ class DSLProgram:
         total = self.split.total.eval(values)
         return [(c, base | {"split.start": s, "split.count": k}) for c, s, k in split_work(total, cores)]
 
-    def _runtime_args(self, cores: CoreRangeSet) -> Callable[[Sequence[Any], Mapping[str, Any]], dict[str, Any]]:
-        order = [t.name for t in self.tensors]
+    def _runtime_args(self, cores: CoreRangeSet, order: Sequence[str]
+                      ) -> Callable[[Sequence[Any], Mapping[str, Any]], dict[str, Any]]:  # fmt: skip
         gens = self._ordered()
 
         def args(bufs: Sequence[Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
@@ -254,9 +242,7 @@ class DSLProgram:
 
         return args
 
-    def _work(self, cores: CoreRangeSet) -> Callable[[Sequence[Any], Mapping[str, Any]], Work]:
-        order = [t.name for t in self.tensors]
-
+    def _work(self, cores: CoreRangeSet, order: Sequence[str]) -> Callable[[Sequence[Any], Mapping[str, Any]], Work]:
         def work(bufs: Sequence[Any], runtime: Mapping[str, Any]) -> Work:
             values = self.check_runtime(runtime)
             page = {n: b.page_size for n, b in zip(order, bufs)}
@@ -270,34 +256,25 @@ class DSLProgram:
         return work
 
     # ---------------------------------------------------------------------------------------------- running
-    def launch(self, tensors: Mapping[str, Any], runtime: Mapping[str, Any] | None = None, *,
+    @property
+    def op(self) -> ProgramOp:
+        """The op layer that runs this program (``kohakutt.kernels.custom.ProgramOp``)."""
+        if self._op is None:
+            self._op = ProgramOp(self.name, self.build_program)
+        return self._op
+
+    def launch(self, tensors: Mapping[str, DeviceTensor], runtime: Mapping[str, Any] | None = None, *,
                stream: Any = None) -> None:  # fmt: skip
-        """Queue the program over ``tensors`` (name -> a tile-layout ``DeviceTensor`` or ``Buffer``; outputs
-        allocated by the caller) with ``runtime`` values, on the tensors' device, in stream order. It runs from its
-        generated C++: on the simulator through the host build of the kernel API, on a card through generic_op."""
-        runtime = dict(runtime or {})
-        prog = self.build(tensors, runtime)
-        bufs = [getattr(tensors[t.name], "buffer", tensors[t.name]) for t in self.tensors]
-        device = bufs[0].device
-        device.run_program(prog, bufs, runtime, stream=stream)
+        """Queue the program over device tensors (name -> ``DeviceTensor``; outputs allocated by the caller) with
+        ``runtime`` values, through the op layer, in stream order on the tensors' device. It runs from its generated
+        C++: on the simulator through the host build of the kernel API, on a card through generic_op."""
+        self._check_names(set(tensors), f"launching program {self.name!r}")
+        ins = {t.name: tensors[t.name] for t in self.tensors if not t.is_output}
+        outs = {t.name: tensors[t.name] for t in self.tensors if t.is_output}
+        self.op.launch(ins, outs, self.check_runtime(dict(runtime or {})), stream=stream)
 
 
-def _card_of(bufs: Mapping[str, Any]) -> CardSpec | None:
-    for b in bufs.values():
-        dev = getattr(b, "device", None)
-        if dev is not None and getattr(dev, "card", None) is not None:
-            return dev.card
-    return None
-
-
-def _worker_cores(n: int, card: CardSpec) -> CoreRangeSet:
-    """The first ``n`` worker cores, row by row."""
-    gx, _gy = card.grid
-    full, rest = divmod(n, gx)
-    ranges = [CoreRange((0, 0), (gx - 1, full - 1))] if full else []
-    if rest:
-        ranges.append(CoreRange((0, full), (rest - 1, full)))
-    return CoreRangeSet.of(ranges)
+TILE_FORMATS = (Format.BFLOAT16, Format.FLOAT32, Format.BFLOAT8_B, Format.BFLOAT4_B)
 
 
 def _trips(loop: Loop, env: Mapping[str, int]) -> int:
@@ -393,4 +370,4 @@ def _tensor_params(fn: Callable[..., Any]) -> list[TensorRef]:
     return out
 
 
-__all__ = ["DSLProgram", "Variant", "program"]
+__all__ = ["TILE_FORMATS", "DSLProgram", "program"]

@@ -431,7 +431,7 @@ def _scalar(v: Any, name: str) -> Expr:
     if isinstance(v, Expr):
         return v
     if isinstance(v, float):
-        from kohakutt.dsl.metal import bits
+        from kohakutt.kernels.custom import bits
 
         return Bits(bits(v), v)
     if isinstance(v, int) and not isinstance(v, bool):
