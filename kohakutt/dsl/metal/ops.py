@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Headers (0.81.1's api/compute/...): every compute kernel includes these, and each op adds its own.
-BASE_HEADERS = ("api/compute/compute_kernel_api.h", "api/compute/compute_kernel_hw_startup.h",
+BASE_HEADERS = ("api/compute/common.h", "api/compute/compute_kernel_api.h", "api/compute/compute_kernel_hw_startup.h",
                 "api/compute/reconfig_data_format.h", "api/compute/pack.h", "api/compute/tile_move_copy.h")  # fmt: skip
 
 
