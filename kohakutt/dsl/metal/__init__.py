@@ -9,12 +9,13 @@ docs/concepts/dsl.md and docs/reference/custom-kernels.md.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
 
 from kohakutt.dsl.metal import ops
-from kohakutt.dsl.metal.core import DSLProgram, program
+from kohakutt.dsl.metal.core import CORES_KEY, DSLProgram, program
 from kohakutt.dsl.metal.trace import CB, Out, Slot, TensorRef
 from kohakutt.errors import KernelDSLError
 from kohakutt.kernels.custom import Call, bits
@@ -38,6 +39,10 @@ def op(schema: str, program: DSLProgram, *, backward: Callable | None = None,
                 raise KernelDSLError(f"{getattr(fn, '__name__', 'the function')} must return km.Call(inputs=, "
                                      f"outputs=, runtime=), got {type(call).__name__}")  # fmt: skip
             program.check_call(call)
+            values = dict(call.runtime)
+            if all(isinstance(v, int) for v in values.values()):  # not under torch.compile's symbolic sizes
+                n = program.cores_for(values)
+                call = dataclasses.replace(call, static={**call.static, CORES_KEY: n})
             return call
 
         from kohakutt import kernels as kk

@@ -119,9 +119,9 @@ class DSLProgram:
     def build_program(self, sig: Signature, card: CardSpec | None = None) -> Program:
         """The HAL program for a call's tensors (the op layer's builder, ``kohakutt.kernels.custom``): the CBs take
         the formats of the tensors they are ``like``, each kernel's ``TensorAccessorArgs`` the tensors' page sizes;
-        the cores are the grid's first ``max_cores`` (all by default), each given its share of ``p.split`` at run
-        time. Shapes, addresses and runtime values are runtime arguments: every call with these formats runs this
-        program."""
+        the cores are the grid's first ``sig.get("km.cores")`` (:meth:`cores_for`; the most it may use without),
+        each given its share of ``p.split`` at run time. Shapes, addresses and runtime values are runtime
+        arguments: the kernels are the same for every call with these formats."""
         card = card or P150A
         refs = {r.name: r for r in sig.tensors}
         self._check_names(set(refs), f"a call of program {self.name!r}")
@@ -148,8 +148,8 @@ class DSLProgram:
             raise fail(f"program {self.name!r}: its circular buffers need {need:,} B of L1 per core with these "
                        f"tensors ({parts}), more than the {card.l1_usable:,} B usable: use fewer pages",
                        self.site)  # fmt: skip
-        gx, gy = card.grid
-        cores = worker_cores(gx * gy, card, self.max_cores if self.split is not None else 1)
+        n = sig.get(CORES_KEY)
+        cores = worker_cores(n if n is not None else self.cores_for(None, card), card)
         cbs = [CircularBuffer(idx, fmts[idx], fmts[idx].tile_bytes, cb.pages, cores)
                for idx, cb in sorted(self.cbs.items())]  # fmt: skip
         kernels = []
@@ -163,6 +163,18 @@ class DSLProgram:
             self._compiled.add(tuple((refs[t.name].format.value, refs[t.name].kind.value) for t in self.tensors))
         return Program(self.name, kernels, cbs, runtime_args=self._runtime_args(cores, sig.names),
                        tensors=sig.names, work=self._work(cores, sig.names))  # fmt: skip
+
+    def cores_for(self, runtime: Mapping[str, Any] | None, card: CardSpec | None = None) -> int:
+        """How many cores a call with these runtime values runs on: ``min(units of p.split, max_cores, grid)``, as
+        TT-NN's ``split_work_to_cores`` chooses (one without a split runs on one core; ``None``: the most it may
+        use). The kernels do not depend on it: a new count builds a program, never a kernel."""
+        gx, gy = (card or P150A).grid
+        limit = min(self.max_cores or gx * gy, gx * gy)
+        if self.split is None:
+            return 1
+        if runtime is None:
+            return limit
+        return max(1, min(self.split.total.eval(self.check_runtime(runtime)), limit))
 
     def _check_names(self, given: set[str], what: str) -> None:
         names = [t.name for t in self.tensors]
@@ -223,20 +235,26 @@ class DSLProgram:
         def args(bufs: Sequence[Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
             values = self.check_runtime(runtime)
             address = {n: b.address for n, b in zip(order, bufs)}
+            if self.split is None:
+                split = [(c, 0, 0) for c in cores.cores()]
+            else:
+                split = split_work(self.split.total.eval(values), cores)
             out: dict[str, Any] = {}
-            envs = self._envs(cores, values)
-            for g in gens:
-                per: dict[tuple[int, int], list[int]] = {}
-                for core, env in envs:
-                    row = []
-                    for a in g.args:
-                        if a.kind == "tensor":
-                            row.append(address[a.name])
-                        elif a.kind in ("start", "count"):
-                            row.append(env[f"split.{a.kind}"])
-                        else:
-                            row.append(env[a.name])
-                    per[core] = row
+            for g in gens:  # one row per core: the same values but for the split's start and count
+                row = [address[a.name] if a.kind == "tensor" else values.get(a.name, 0) for a in g.args]
+                at_start = [i for i, a in enumerate(g.args) if a.kind == "start"]
+                at_count = [i for i, a in enumerate(g.args) if a.kind == "count"]
+                if not at_start and not at_count:
+                    out[g.name] = row  # every core the same
+                    continue
+                per = {}
+                for core, start, count in split:
+                    r = row.copy()
+                    for i in at_start:
+                        r[i] = start
+                    for i in at_count:
+                        r[i] = count
+                    per[core] = r
                 out[g.name] = per
             return out
 
@@ -271,10 +289,12 @@ class DSLProgram:
         self._check_names(set(tensors), f"launching program {self.name!r}")
         ins = {t.name: tensors[t.name] for t in self.tensors if not t.is_output}
         outs = {t.name: tensors[t.name] for t in self.tensors if t.is_output}
-        self.op.launch(ins, outs, self.check_runtime(dict(runtime or {})), stream=stream)
+        values = self.check_runtime(dict(runtime or {}))
+        self.op.launch(ins, outs, values, {CORES_KEY: self.cores_for(values)}, stream=stream)
 
 
 TILE_FORMATS = (Format.BFLOAT16, Format.FLOAT32, Format.BFLOAT8_B, Format.BFLOAT4_B)
+CORES_KEY = "km.cores"  # the static value of a call that carries its core count to build_program
 
 
 def _trips(loop: Loop, env: Mapping[str, int]) -> int:
@@ -370,4 +390,4 @@ def _tensor_params(fn: Callable[..., Any]) -> list[TensorRef]:
     return out
 
 
-__all__ = ["TILE_FORMATS", "DSLProgram", "program"]
+__all__ = ["CORES_KEY", "TILE_FORMATS", "DSLProgram", "program"]
