@@ -36,6 +36,7 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/host_transfer.py
 	$(PY) benchmarks/dispatch.py
+	$(PY) benchmarks/dsl_kernels.py
 	$(PY) benchmarks/mlp_training.py
 	$(PY) benchmarks/capture.py
 	$(PY) benchmarks/sim_kernels.py
