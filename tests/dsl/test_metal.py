@@ -716,3 +716,47 @@ def test_km_op_checks_the_call_against_the_program(torch_examples):
         bad_call(a, a)
     with pytest.raises(KernelDSLError, match=r"takes a @km\.program"):
         km.op("test_dsl::x(Tensor a) -> Tensor", object())
+
+
+# ------------------------------------------------------------------------------------- estimates and builds
+def _program_and_buffers(dev, prog, tensors, runtime):
+    from kohakutt.kernels.custom import Signature, TensorRef
+
+    refs = [TensorRef(n, t.dtype, t.dtype.format, Layout.TILE, output=n in prog.outputs) for n, t in tensors.items()]
+    sig = Signature(prog.name, tuple(r for r in refs if not r.output), tuple(r for r in refs if r.output),
+                    (("km.cores", prog.cores_for(runtime)),))  # fmt: skip
+    return prog.build_program(sig), [t.buffer for t in tensors.values()]
+
+
+def test_the_work_estimate_counts_what_the_kernels_do(dev, examples):
+    prog = examples["scaled_add_km"].scaled_add_program
+    tiles = 40
+    ta = tile(dev, np.ones((tiles * 32, 32)))
+    tensors = {"a": ta, "b": tile(dev, np.ones((tiles * 32, 32))), "out": empty_like(dev, ta)}
+    rt = {"tiles": tiles, "s": bits(2.0)}
+    built, bufs = _program_and_buffers(dev, prog, tensors, rt)
+    work = built.work(bufs, rt)
+    # per tile: two pages read, one written; two copies (FPU), a scalar multiply and an add (SFPU)
+    assert (work.dram_bytes, work.fpu_tiles, work.sfpu_tiles, work.matmul_tiles) == (3 * tiles * 2048, 2 * tiles,
+                                                                                      2 * tiles, 0)  # fmt: skip
+    assert len(built.cores()) == min(tiles, 130) == prog.cores_for(rt)
+    assert prog.cores_for({"tiles": 1000, "s": 0}) == 130 and prog.cores_for({"tiles": 0, "s": 0}) == 1
+
+
+def test_a_cpp_error_on_the_simulator_names_the_dsl_line(dev, examples):
+    import dataclasses
+
+    prog = examples["scaled_add_km"].scaled_add_program
+    ta = tile(dev, np.ones((32, 32)))
+    tensors = {"a": ta, "b": ta, "out": empty_like(dev, ta)}
+    rt = {"tiles": 1, "s": bits(1.0)}
+    built, bufs = _program_and_buffers(dev, prog, tensors, rt)
+    compute = next(k for k in built.kernels if k.kind == "compute")
+    assert compute.source.count("mul_unary_tile(0, s);") == 1
+    broken = dataclasses.replace(compute, source=compute.source.replace("mul_unary_tile(0, s);", "mul_unary_tile(0);"))
+    built = dataclasses.replace(built, kernels=[broken if k is compute else k for k in built.kernels])
+    line = next(i for i, ln in enumerate((EXAMPLES / "scaled_add_km.py").read_text().splitlines(), 1)
+                if 'c.op("mul_scalar", 0, value=s)' in ln)  # fmt: skip
+    dev.run_program(built, bufs, rt)
+    with pytest.raises(CommandError, match=rf"KernelBuildError: .*scaled_add_km\.py:{line}: no matching function"):
+        dev.synchronize()
