@@ -163,6 +163,10 @@ class Allocator:
             if st.allocated_bytes > st.peak_allocated_bytes:
                 st.peak_allocated_bytes = st.allocated_bytes
 
+    def reserved_bytes(self, kind: MemoryKind | str) -> int:
+        """Bytes reserved in memory ``kind`` (allocated and cached): :meth:`stats`' ``<kind>.reserved_bytes``."""
+        return self._stats[MemoryKind.of(kind)].reserved_bytes
+
     def stats(self) -> dict[str, int]:
         """Flat statistics: ``<kind>.<name>`` for each memory kind, and totals without a prefix."""
         with self._lock:
@@ -176,8 +180,11 @@ class Allocator:
                 }
                 out.update({f"{kind.value}.{k}": v for k, v in d.items()})
             for name in _KindStats().as_dict():
-                out[name] = sum(out[f"{k.value}.{name}"] for k in MemoryKind) if not name.startswith("peak") else max(
-                    out[f"{k.value}.{name}"] for k in MemoryKind)
+                out[name] = (
+                    sum(out[f"{k.value}.{name}"] for k in MemoryKind)
+                    if not name.startswith("peak")
+                    else max(out[f"{k.value}.{name}"] for k in MemoryKind)
+                )
             return out
 
     def reset_peak(self) -> None:

@@ -11,6 +11,7 @@ time, with a :class:`KernelBuildError` naming it and the kernel's file and line.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import functools
 import hashlib
@@ -214,6 +215,7 @@ def _command_defines(spec: KernelSpec) -> list[str]:
 
 _loaded: dict[str, KernelBinary] = {}
 _lock = threading.Lock()
+stats: collections.Counter[str] = collections.Counter()  # builds: kernel variants built or loaded by this process
 
 
 def build_kernel(spec: KernelSpec) -> KernelBinary:
@@ -243,6 +245,8 @@ def build_kernel(spec: KernelSpec) -> KernelBinary:
     handle = ffi.dlopen(str(path))
     binary = KernelBinary(path, int(ffi.cast("uintptr_t", handle.ktt_kernel_entry)), handle)
     with _lock:
+        if key not in _loaded:
+            stats["builds"] += 1
         _loaded[key] = binary
     return binary
 

@@ -478,19 +478,21 @@ class Program:
         return out
 
     # ----------------------------------------------------------------------------------------------- validate
-    def validate(self, card: CardSpec, buffers: Sequence[Buffer], runtime_args: Mapping[str, Any]) -> None:
+    def validate(self, card: CardSpec, buffers: Sequence[Buffer], runtime_args: Mapping[str, Any], *,
+                 check_args: bool = True) -> None:  # fmt: skip
         """Check the hardware's rules for running over ``buffers``; raise ProgramError listing every broken one.
 
         What depends only on the program (kernels, sources, CB layout, semaphores) is checked once per program and
         card and remembered; what depends on the run (L1 left beside L1 buffers, the buffers, the runtime
-        arguments) at every call."""
+        arguments) at every call. ``check_args=False`` leaves out the runtime arguments (a caller that checked them
+        for the same buffer sizes and runtime values already)."""
         static, footprints = self._static_check(card)
         problems = list(static)
         self._check_l1_room(card, buffers, footprints, problems)
         if self.tensors is not None and len(buffers) != len(self.tensors):
             problems.append(f"takes {len(self.tensors)} buffers ({', '.join(self.tensors)}), "
                             f"got {len(buffers)}")  # fmt: skip
-        if not problems:
+        if not problems and check_args:
             self._check_runtime_args(buffers, runtime_args, problems)
         if problems:
             head = f"program {self.name!r} breaks {'a rule' if len(problems) == 1 else f'{len(problems)} rules'}"
@@ -672,7 +674,7 @@ def _l1_buffer_bytes_per_core(card: CardSpec, buffers: Sequence[Buffer]) -> int:
     for b in buffers:
         alloc = getattr(getattr(b, "device", None), "allocator", None)
         if alloc is not None:
-            return int(alloc.stats()["l1.reserved_bytes"]) // card.cores
+            return int(alloc.reserved_bytes("l1")) // card.cores
     return 0
 
 

@@ -46,6 +46,7 @@ import numpy as np
 from kohakutt.errors import DtypeError, ProgramError
 from kohakutt.hal.buffer import Buffer
 from kohakutt.hal.card import CardSpec
+from kohakutt.hal.device import Device
 from kohakutt.hal.layout import TILE, Format, Layout, MemoryKind
 from kohakutt.hal.layout import tile_count as _tile_count
 from kohakutt.hal.program import PROGRAM_LAUNCH_NS, Program, aligned_page_size, tensor_accessor_args
@@ -55,6 +56,7 @@ from kohakutt.ir.ops import TensorSpec
 from kohakutt.kernels.tensor import DeviceTensor, decode, store
 
 Builder = Callable[["Signature"], Program]
+KEPT_SCRATCH = 4  # staging-buffer sets an op keeps (by stream, signature and shapes) for the calls that follow
 RuntimeValue = int | bool
 
 
@@ -230,6 +232,9 @@ class ProgramOp:
         self._plans: dict[Signature, _Plan] = {}
         self._lock = threading.Lock()
         self._estimates: dict[Hashable, float] = {}
+        self._sigs: dict[Hashable, Signature] = {}
+        self._checked: set[Hashable] = set()
+        self._scratch: dict[Hashable, list[Buffer | None]] = {}  # (stream, signature, shapes) -> staging buffers
 
     def __repr__(self) -> str:
         return f"ProgramOp({self.name!r}, {len(self._plans)} programs)"
@@ -297,7 +302,20 @@ class ProgramOp:
             if t.device is not dev:
                 raise ProgramError(f"op {self.name!r}: tensor {n!r} is on chip {t.device.chip_id}, the others on "
                                    f"chip {dev.chip_id}; move it with .to() first")  # fmt: skip
-        sig = self.signature(inputs, {n: t.spec for n, t in outputs.items()}, static, formats, layouts)
+        try:
+            skey: Hashable = (tuple([(n, t.spec.dtype) for n, t in inputs.items()]),
+                              tuple([(n, t.spec.dtype) for n, t in outputs.items()]),
+                              tuple(static.items()) if static else (), tuple(formats.items()) if formats else (),
+                              tuple(layouts.items()) if layouts else ())  # fmt: skip
+            sig = self._sigs.get(skey)
+        except TypeError:
+            skey, sig = None, None
+        if sig is None:
+            sig = self.signature(inputs, {n: t.spec for n, t in outputs.items()}, static, formats, layouts)
+            if skey is not None:
+                if len(self._sigs) > 1024:
+                    self._sigs.clear()
+                self._sigs[skey] = sig
         plan = self._plan(sig)
         prog = plan.program
         index: dict[int, int] = {}
@@ -311,14 +329,20 @@ class ProgramOp:
                 buffers.append(b)
             return i
 
-        scratch: list[Buffer] = []
+        st = stream or dev.current_stream
+        staged = [not _direct(t, ref) for ref, t in zip(sig.tensors, tensors)]
+        scratch: list[Buffer] = []  # this call's own staging buffers, freed once it has run
+        kept = self._kept_scratch(dev, st, sig, tensors, staged) if any(staged) else None
         prog_slots, stage_in, stage_out = [], [], []
-        for ref, t in zip(sig.tensors, tensors):
-            if _direct(t, ref):
+        for k, (ref, t) in enumerate(zip(sig.tensors, tensors)):
+            if not staged[k]:
                 prog_slots.append(slot(t.buffer))
                 continue
-            tmp = dev.allocate(shape=t.shape, fmt=ref.format, layout=ref.layout, cached=True, stream=stream)
-            scratch.append(tmp)
+            if kept is not None:
+                tmp = kept[k]
+            else:
+                tmp = dev.allocate(shape=t.shape, fmt=ref.format, layout=ref.layout, cached=True, stream=stream)
+                scratch.append(tmp)
             target = TensorSpec(t.shape, t.dtype if ref.format is t.dtype.format else DType(ref.format.value),
                                 ref.layout)  # fmt: skip
             ps = slot(tmp)
@@ -326,7 +350,15 @@ class ProgramOp:
             (stage_out if ref.output else stage_in).append((slot(t.buffer), t, ps, target))
         prog_buffers = [buffers[i] for i in prog_slots]
         try:
-            prog.validate(dev.card, prog_buffers, rt)  # the program's own rules are checked once, then remembered
+            # The program's own rules are checked once (Program remembers); its runtime arguments once per buffer
+            # sizes and runtime values (addresses aside, they are what the arguments are made of).
+            akey = (id(prog), tuple([b.nbytes for b in prog_buffers]), tuple(rt.items()))
+            seen = akey in self._checked
+            prog.validate(dev.card, prog_buffers, rt, check_args=not seen)
+            if not seen:
+                if len(self._checked) > 4096:
+                    self._checked.clear()
+                self._checked.add(akey)
             est = self._estimate(prog, dev.card, prog_buffers, rt, len(stage_in) + len(stage_out))
             args = {"program": prog, "runtime": rt, "prog_slots": prog_slots, "stage_in": stage_in,
                     "stage_out": stage_out}  # fmt: skip
@@ -335,6 +367,38 @@ class ProgramOp:
         finally:
             for b in scratch:
                 dev.free(b, stream)
+
+    def _kept_scratch(self, dev: Device, stream: Stream, sig: Signature, tensors: Sequence[DeviceTensor],
+                      staged: Sequence[bool]) -> list[Buffer | None] | None:  # fmt: skip
+        """Staging buffers kept for calls of this signature and these shapes on ``stream`` (its commands run in
+        order, so one call's staging is done before the next begins); None while the stream captures a trace (the
+        trace then owns per-call buffers, as it does every intermediate)."""
+        if stream.capturing is not None:
+            return None
+        key = (id(stream), sig, tuple([t.shape for t in tensors]))
+        with self._lock:
+            kept = self._scratch.pop(key, None)
+            if kept is not None and all(b is None or (b.is_live and b.device is dev) for b in kept):
+                self._scratch[key] = kept  # most recent last
+                return kept
+            kept = [dev.allocate(shape=t.shape, fmt=r.format, layout=r.layout, stream=stream) if s else None
+                    for r, t, s in zip(sig.tensors, tensors, staged)]  # fmt: skip
+            self._scratch[key] = kept
+            while len(self._scratch) > KEPT_SCRATCH:
+                old_key = next(iter(self._scratch))
+                for b in self._scratch.pop(old_key):
+                    if b is not None and b.is_live and not b.device.closed:
+                        b.device.free(b, stream)
+            return kept
+
+    def release(self) -> None:
+        """Free the staging buffers this op keeps (once the work queued before is done)."""
+        with self._lock:
+            kept, self._scratch = self._scratch, {}
+        for bufs in kept.values():
+            for b in bufs:
+                if b is not None and b.is_live and not b.device.closed:
+                    b.device.free(b)
 
     def _estimate(self, prog: Program, card: CardSpec, buffers: Sequence[Buffer], rt: Mapping[str, int],
                   staged: int) -> float:  # fmt: skip

@@ -45,6 +45,46 @@ def torch_dtype(op: str, name: str, dtype: Any) -> torch.dtype:
     return t
 
 
+def output_spec(op: str, spec: Any, name: str) -> tuple[list[int], torch.dtype]:
+    """An output's ``(shape, dtype)`` as given in a :class:`Call` (dtype: a torch dtype, a DType or its name)."""
+    try:
+        shape, dtype = spec
+    except (TypeError, ValueError):
+        raise ProgramError(f"op {op}: output {name!r} must be (shape, dtype), got {spec!r}") from None
+    return [s if isinstance(s, torch.SymInt) else int(s) for s in shape], torch_dtype(op, name, dtype)
+
+
+def run_call(op: ProgramOp, call: Call) -> list[torch.Tensor]:
+    """Queue ``call`` of ``op`` on tt tensors: its outputs made as new tt tensors, the program queued on the
+    current tt stream of the inputs' device; returns the outputs at once."""
+    ins: dict[str, DeviceTensor] = {}
+    index = None
+    for n, t in call.inputs.items():
+        if not isinstance(t, torch.Tensor) or t.device.type != "tt":
+            where = t.device if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ProgramError(f"op {op.name}: input {n!r} must be a tt tensor, got {where}; move it with "
+                               ".to('tt') first")  # fmt: skip
+        i = t.device.index or 0
+        if index is None:
+            index = i
+        elif i != index:
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                               f"tt:{index} and tt:{i}!")  # fmt: skip
+        ins[n] = tensors.to_device_tensor(t)
+    if index is None:
+        index = torch.tt.current_device()
+    outs_t: list[torch.Tensor] = []
+    outs: dict[str, DeviceTensor] = {}
+    for n, spec in call.outputs.items():
+        shape, dtype = output_spec(op.name, spec, n)
+        o = tensors.new(shape, None, dtype, index)
+        outs_t.append(o)
+        outs[n] = tensors.to_device_tensor(o)
+    op.launch(ins, outs, call.runtime, call.static, formats=call.formats, layouts=call.layouts,
+              stream=runtime.current_stream(index))  # fmt: skip
+    return outs_t
+
+
 def define(schema: str, program: Builder | Any, fn: Callable[..., Call], *, backward: Callable | None = None,
            setup_context: Callable | None = None) -> Any:  # fmt: skip
     """Register op ``schema`` (``"ns::name(Tensor a, ...) -> Tensor"``) whose tt kernel runs ``program`` as
@@ -80,45 +120,13 @@ def define(schema: str, program: Builder | Any, fn: Callable[..., Call], *, back
                                f"{len(call.outputs)} outputs ({list(call.outputs)})")  # fmt: skip
         return call.outputs
 
-    def shape_of(spec: Any, oname: str) -> tuple[list[int], torch.dtype]:
-        try:
-            shape, dtype = spec
-        except (TypeError, ValueError):
-            raise ProgramError(f"op {qualname}: output {oname!r} must be (shape, dtype), got {spec!r}") from None
-        return [int(s) if not isinstance(s, torch.SymInt) else s for s in shape], torch_dtype(qualname, oname, dtype)
-
     def pack(outs: list[torch.Tensor]) -> Any:
         return outs[0] if single else (list(outs) if is_list else tuple(outs))
 
     def tt_kernel(*args: Any, **kwargs: Any) -> Any:
         call = fn(*args, **kwargs)
-        specs = outputs_of(call)
-        ins: dict[str, DeviceTensor] = {}
-        index = None
-        for n, t in call.inputs.items():
-            if not isinstance(t, torch.Tensor) or t.device.type != "tt":
-                where = t.device if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ProgramError(f"op {qualname}: input {n!r} must be a tt tensor, got {where}; move it with "
-                                   ".to('tt') first")  # fmt: skip
-            i = t.device.index or 0
-            if index is None:
-                index = i
-            elif i != index:
-                raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
-                                   f"devices, tt:{index} and tt:{i}!")  # fmt: skip
-            ins[n] = tensors.to_device_tensor(t)
-        if index is None:
-            index = torch.tt.current_device()
-        outs_t: list[torch.Tensor] = []
-        outs: dict[str, DeviceTensor] = {}
-        for n, spec in specs.items():
-            shape, dtype = shape_of(spec, n)
-            o = tensors.new(shape, None, dtype, index)
-            outs_t.append(o)
-            outs[n] = tensors.to_device_tensor(o)
-        op.launch(ins, outs, call.runtime, call.static, formats=call.formats, layouts=call.layouts,
-                  stream=runtime.current_stream(index))  # fmt: skip
-        return pack(outs_t)
+        outputs_of(call)
+        return pack(run_call(op, call))
 
     def fake_kernel(*args: Any, **kwargs: Any) -> Any:
         call = fn(*args, **kwargs)
@@ -126,7 +134,7 @@ def define(schema: str, program: Builder | Any, fn: Callable[..., Call], *, back
         device = next((t.device for t in call.inputs.values() if isinstance(t, torch.Tensor)), None)
         outs = []
         for n, spec in specs.items():
-            shape, dtype = shape_of(spec, n)
+            shape, dtype = output_spec(qualname, spec, n)
             outs.append(torch.empty(shape, dtype=dtype, device=device))
         return pack(outs)
 
@@ -148,4 +156,4 @@ def program_op(qualname: str) -> ProgramOp:
         raise ProgramError(f"no custom op {qualname!r}; defined: {sorted(OPS)}") from None
 
 
-__all__ = ["LIBRARIES", "OPS", "define", "program_op", "torch_dtype"]
+__all__ = ["LIBRARIES", "OPS", "define", "output_spec", "program_op", "run_call", "torch_dtype"]
