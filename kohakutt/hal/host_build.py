@@ -251,13 +251,6 @@ def build_kernel(spec: KernelSpec) -> KernelBinary:
     return binary
 
 
-def loaded_kernels() -> int:
-    """How many distinct kernel builds this process has loaded (built now or found in the cache): a program whose
-    new call adds none compiled nothing."""
-    with _lock:
-        return len(_loaded)
-
-
 def build_kernels(specs: dict[str, KernelSpec]) -> dict[str, KernelBinary]:
     """Several kernels built at once (the compiler runs in parallel for those not cached); the first failure is
     raised once all have finished."""
@@ -305,4 +298,4 @@ def compile_flags(spec: KernelSpec) -> list[str]:
 
 
 __all__ = ["KernelBinary", "KernelBuildError", "KernelSpec", "SimLibrary", "build_kernel", "build_kernels", "explain",
-           "loaded_kernels", "sim_library", "spec_of"]  # fmt: skip
+           "sim_library", "spec_of"]  # fmt: skip
