@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/host_transfer.py
 	$(PY) benchmarks/dispatch.py
 	$(PY) benchmarks/dsl_kernels.py
+	$(PY) benchmarks/custom_op.py
 	$(PY) benchmarks/mlp_training.py
 	$(PY) benchmarks/capture.py
 	$(PY) benchmarks/sim_kernels.py
