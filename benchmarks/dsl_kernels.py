@@ -8,7 +8,7 @@ beside), on 512 x 1024 bfloat16. Figures:
   card us, as a torch op  the DSL op called on tt tensors: the program plus the op layer staging the row-major
                         storage of the tensors into tiles and the result back (two conversions a tensor)
   host us per call      queue only (the stream held behind a gate while the calls are queued), median of rounds:
-                        the DSL op against the chain's ops
+                        the DSL op against the chain's ops, wall clock and the calling thread's CPU time
   compiles              kernel variants the DSL op built over 20 shapes (target 1: the first), and kernel builds
                         the host build loaded after the first call (0)
 Run: python benchmarks/dsl_kernels.py [--calls 50] [--rounds 7] [--json]
@@ -55,18 +55,19 @@ def card_us(fn: Callable[[], object]) -> tuple[float, int]:
     return prof.device_us, len(prof.records)
 
 
-def queue_us(fn: Callable[[], object], n: int) -> float:
-    """Microseconds per call of ``n`` calls of ``fn`` queued behind a gate (the simulated card does not compete)."""
+def queue_us(fn: Callable[[], object], n: int) -> tuple[float, float]:
+    """Microseconds per call of ``n`` calls of ``fn`` queued behind a gate (the simulated card does not compete):
+    wall clock, and the calling thread's CPU time (what the host spends, which other jobs do not inflate)."""
     g, entered = threading.Event(), threading.Event()
     runtime.device(0).default_stream.enqueue(Command("gate", lambda: (entered.set(), g.wait())))
     entered.wait()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     for _ in range(n):
         fn()
-    host = time.perf_counter() - t0
+    host, cpu = time.perf_counter() - t0, time.thread_time() - c0
     g.set()
     torch.tt.synchronize()
-    return host / n * 1e6
+    return host / n * 1e6, cpu / n * 1e6
 
 
 def compiles_over_shapes(dev: object) -> dict:
@@ -130,15 +131,18 @@ def run(calls: int, rounds: int) -> dict:
         chain_us, chain_ops = card_us(c["chain"])
         host = []
         for r in range(rounds + 1):
-            o, ch = queue_us(c["op"], calls), queue_us(c["chain"], calls)
+            (o, oc), (ch, chc) = queue_us(c["op"], calls), queue_us(c["chain"], calls)
             if r:  # the first round warms caches
-                host.append((o, ch))
+                host.append((o, ch, oc, chc))
         row = {
             "program_card_us": c["program"], "op_card_us": op_us, "chain_card_us": chain_us,
             "chain_ops": chain_ops, "program_vs_chain": c["program"] / chain_us,
             "op_vs_chain": op_us / chain_us, "target": "program < chain", "met": c["program"] < chain_us,
             "op_host_us": statistics.median(h[0] for h in host), "chain_host_us": statistics.median(h[1] for h in host),
             "host_ratio": statistics.median(h[0] / h[1] for h in host),
+            "op_thread_us": statistics.median(h[2] for h in host),
+            "chain_thread_us": statistics.median(h[3] for h in host),
+            "thread_ratio": statistics.median(h[2] / h[3] for h in host),
         }  # fmt: skip
         if "fused" in c:
             row["ttnn_fused_card_us"] = card_us(c["fused"])[0]
@@ -155,12 +159,15 @@ def table(report: dict) -> str:
              f"per call (queue only, median of {report['rounds']} rounds of {report['calls']} calls), "
              f"{report['cpus']} CPUs (load average {report['load_average']:.1f})",
              f"{'case':<12}{'program':>9}{'as op':>9}{'chain':>9}{'prog/chain':>12}  met"
-             f"{'host op us':>12}{'chain us':>10}{'ratio':>7}{'TT-NN fused':>13}"]  # fmt: skip
+             f"{'host op us':>12}{'chain us':>10}{'ratio':>7}{'thread CPU op / chain us':>26}{'ratio':>7}"
+             f"{'TT-NN fused':>13}"]  # fmt: skip
     for name, r in report["results"].items():
         fused = f"{r['ttnn_fused_card_us']:>13.2f}" if "ttnn_fused_card_us" in r else f"{'':>13}"
         lines.append(f"{name:<12}{r['program_card_us']:>9.2f}{r['op_card_us']:>9.2f}{r['chain_card_us']:>9.2f}"
                      f"{r['program_vs_chain']:>12.2f}  {'yes' if r['met'] else 'NO ':<3}{r['op_host_us']:>12.1f}"
-                     f"{r['chain_host_us']:>10.1f}{r['host_ratio']:>7.2f}{fused}")  # fmt: skip
+                     f"{r['chain_host_us']:>10.1f}{r['host_ratio']:>7.2f}"
+                     f"{r['op_thread_us']:>17.1f} / {r['chain_thread_us']:<6.1f}{r['thread_ratio']:>7.2f}"
+                     f"{fused}")  # fmt: skip
     c = report["compiles"]
     lines.append(f"compiles over {c['shapes']} shapes of the DSL scaled_add op: {c['compiles']} (target {c['target']}: "
                  f"{'met' if c['met'] else 'NOT met'}); kernel builds after the first call: "
