@@ -283,10 +283,10 @@ class KernelGen:
         elif isinstance(st, When):
             e.line(f"if ({self.r(st.cond)}) {{", st.site)
             e.depth += 1
-            self.block(st.body, e, copy.copy(u))
+            end = self.block(st.body, e, copy.copy(u))
             e.depth -= 1
             e.line("}")
-            u = _join(u, self.block(st.body, Emitter(dry=True), copy.copy(u)))
+            u = _join(u, end)  # what holds on both paths
         return u
 
     def loop(self, st: Loop, e: Emitter, u: Unit) -> Unit:
