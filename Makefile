@@ -36,6 +36,8 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/host_transfer.py
 	$(PY) benchmarks/dispatch.py
+	$(PY) benchmarks/dsl_kernels.py
+	$(PY) benchmarks/custom_op.py
 	$(PY) benchmarks/mlp_training.py
 	$(PY) benchmarks/precision.py
 	$(PY) benchmarks/capture.py

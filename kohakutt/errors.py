@@ -48,6 +48,15 @@ class ProgramError(KohakuTTError):
     """A program breaks a rule of the hardware (circular buffers, L1 size, kernel arguments)."""
 
 
+class KernelDSLError(ProgramError):
+    """A kernel DSL program (``kohakutt.dsl.metal``) breaks a rule of the card or of the DSL; the message starts with
+    the DSL line (``file.py:12: ...``), kept as ``file`` and ``line``."""
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None):
+        super().__init__(message)
+        self.file, self.line = file, line
+
+
 class KohakuTTUnsupportedOperator(KohakuTTError, NotImplementedError):
     """An op has no implementation on the device; the message says how to opt in to the CPU fallback."""
 

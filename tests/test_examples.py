@@ -19,7 +19,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").rglob("*.py"))
 BENCHMARKS = {  # the shortest round each benchmark offers
     "benchmarks/capture.py": ["--steps", "2"],
+    "benchmarks/custom_op.py": ["--calls", "20", "--rounds", "1"],
     "benchmarks/dispatch.py": ["--ops", "20", "--rounds", "2"],
+    "benchmarks/dsl_kernels.py": ["--calls", "5", "--rounds", "1"],
     "benchmarks/host_transfer.py": ["--size-mb", "1", "--repeat", "1"],
     "benchmarks/import_time.py": ["--runs", "1"],
     "benchmarks/mesh.py": ["--quick", "--steps", "1"],

@@ -294,12 +294,62 @@ def _with_runtime(program: Program, runtime: dict) -> Program:
     return dataclasses.replace(program, runtime_args=lambda bufs, rt: fn(bufs, {**runtime, **rt}))
 
 
+def _dsl(dev: Any) -> list[tuple[str, Program, list]]:
+    """The kernel DSL's programs (the two examples and the every-op programs of tests/dsl): their generated C++."""
+    import dataclasses
+    import importlib.util
+    from pathlib import Path
+
+    from kohakutt.dsl.metal import bits
+    from kohakutt.ir.dtypes import DType
+    from kohakutt.kernels.custom import Signature, TensorRef
+
+    root = Path(__file__).resolve().parents[2]
+
+    def load(path: Path) -> Any:
+        spec = importlib.util.spec_from_file_location(f"dsl_variant_{path.stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    ex = root / "examples" / "kernels" / "dsl_metal"
+    scaled, rms = load(ex / "scaled_add_km.py"), load(ex / "rms_norm_km.py")
+    every = load(root / "tests" / "dsl" / "every_op.py")
+
+    def variant(prog: Any, tensors: dict[str, tuple[tuple[int, ...], str]], runtime: dict[str, int]) -> tuple:
+        refs = [TensorRef(n, DType.of(f), Format.of(f), Layout.TILE, output=n in prog.outputs)
+                for n, (_, f) in tensors.items()]  # fmt: skip
+        sig = Signature(prog.name, tuple(r for r in refs if not r.output), tuple(r for r in refs if r.output))
+        built = prog.build_program(sig)
+        fixed = built.runtime_args
+        built = dataclasses.replace(built, runtime_args=lambda bufs, rt: fixed(bufs, runtime))
+        bufs = [dev.allocate(shape=s, fmt=f, layout="tile") for s, f in tensors.values()]
+        return built, bufs
+
+    out = []
+    shape = (64, 96)
+    mixed = {"a": (shape, "bfloat16"), "b": (shape, "float32"), "out": (shape, "bfloat8_b")}  # three formats
+    out.append(("dsl_scaled_add", *variant(scaled.scaled_add_program, mixed, {"tiles": 6, "s": bits(0.5)})))
+    norm = {"x": (shape, "bfloat16"), "weight": ((96,), "bfloat16"), "y": (shape, "bfloat16")}
+    rt = {"rows": 2, "wt": 3, "inv_w": bits(1 / 96), "eps": bits(1e-6)}
+    out.append(("dsl_rms_norm", *variant(rms.rms_norm_program, norm, rt)))
+    for fam, (prog, ops) in every.PROGRAMS.items():
+        t = {"x": ((64, 64), "bfloat16")} | ({} if fam == "unary" else {"y": ((64, 64), "bfloat16")})
+        t["out"] = ((len(ops), 64, 64), "bfloat16")
+        rt = {"tiles": 4} | ({"s": bits(every.SCALE)} if fam == "unary" else {})
+        out.append((f"dsl_every_{fam}_op", *variant(prog, t, rt)))
+    return out
+
+
 FAMILIES: dict[str, Callable[[Any], list[tuple[str, Program, list]]]] = {
     "fused": _fused,
     "norm": _norm,
     "conv": _conv,
     "attention": _attention,
     "custom": _custom,
+
+
+    "dsl": _dsl,
 }
 
 

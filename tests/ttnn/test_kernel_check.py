@@ -49,6 +49,40 @@ def plant(variants: list[dict], into: Path) -> tuple[dict, list[dict]]:
     return v, where
 
 
+DSL_PLANT = ("mul_unary_tile(0, s);", "mul_unary_tile(0);", 'c.op("mul_scalar", 0, value=s)')
+
+
+def plant_dsl(variants: list[dict]) -> tuple[dict, dict]:
+    """A copy of the DSL scaled_add variant whose generated compute kernel calls mul_unary_tile with an argument
+    missing, and where the error must be reported: the DSL line of c.op("mul_scalar", ...) in the example."""
+    v = json.loads(json.dumps(next(x for x in variants if x["name"] == "dsl_scaled_add")))
+    v["name"] = "planted_dsl_scaled_add"
+    text, bad, dsl = DSL_PLANT
+    k = next(k for k in v["kernels"] if k["kind"] == "compute")
+    assert k["source"].count(text) == 1, f"the generated compute kernel no longer has {text!r}"
+    k["source"] = k["source"].replace(text, bad)
+    example = REPO / "examples" / "kernels" / "dsl_metal" / "scaled_add_km.py"
+    line = next(i for i, ln in enumerate(example.read_text().splitlines(), 1) if dsl in ln)
+    return v, {"file": str(example.resolve()), "line": line, "word": "mul_unary_tile"}
+
+
+def dsl_diagnostics(replays: list) -> list[str]:
+    """The counted diagnostics of the DSL's kernels (TT-Metal's SOURCE_CODE kernels): errors and deprecation
+    warnings in their own text (the DSL .py lines their #line directives name, and what the JIT wrote in the
+    kernel's folder), and fatal errors anywhere."""
+    out = []
+    for r in replays:
+        if not r.kernel.startswith("Kernel_Source_Code/"):
+            continue
+        folder = str(Path(r.cwd).parent.resolve())
+        for d in r.diagnostics:
+            f = str((Path(r.cwd) / d.file).resolve())
+            mine = f.endswith(".py") or f.startswith(folder)
+            if d.severity == "fatal error" or (mine and (d.severity == "error" or "deprecated" in d.message)):
+                out.append(f"{r.kernel} [{r.processor}] {f}:{d.line}: {d.severity}: {d.message}")
+    return out
+
+
 @pytest.fixture(scope="module")
 def checked() -> dict:
     try:
@@ -64,15 +98,16 @@ def checked() -> dict:
     finally:
         dev.close()
     planted, where = plant(variants, REPO / "build" / "kernel-check" / "planted")
+    planted_dsl, dsl_where = plant_dsl(variants)
     res = mock.run([str(Path(__file__).parent / "generic_op_driver.py"), "--baseline"],
-                   input=json.dumps([*variants, planted]))  # fmt: skip
+                   input=json.dumps([*variants, planted, planted_dsl]))  # fmt: skip
     assert res.returncode == 0, f"the generic_op driver failed:\n{res.stderr[-3000:]}"
     launched = json.loads(res.stdout.strip().splitlines()[-1])["results"]
     tt_metal = Path(mock.root, "tt_metal").resolve()
     sfpi = sfpi_stand_in.write(REPO / "build" / "kernel-check" / "sfpi", tt_metal)
     replays = kc.replay(mock.commands(), sfpi, REPO / "build" / "kernel-check" / "cache", jobs=2)
     return {"launched": launched, "replays": replays, "seconds": time.monotonic() - t0, "variants": variants,
-            "planted": where}  # fmt: skip
+            "planted": where, "planted_dsl": dsl_where}  # fmt: skip
 
 
 def test_every_variant_passes_ttnn_host_checks_up_to_the_kernel_build(checked):
@@ -112,6 +147,23 @@ def test_the_check_finds_planted_errors_and_names_kernel_file_and_line(checked):
         kernel = Path(p["file"]).stem
         assert procs == ({"trisc0", "trisc1", "trisc2"} if kernel == "compute" else {"brisc"}), hits
         assert all(ln.startswith(f"{kernel}/") for ln in hits), hits
+
+
+def test_the_dsl_programs_compile_with_zero_errors(checked):
+    """The kernel DSL's generated kernels (the examples, and between the every-op programs every c.op), launched as
+    SOURCE_CODE kernels through generic_op: zero errors in their own text; the planted error (a call with an
+    argument missing) is reported at the DSL's Python line, for every TRISC, so the check is not blind."""
+    names = {v["name"] for v in checked["variants"] if v["name"].startswith("dsl_")}
+    assert {"dsl_scaled_add", "dsl_rms_norm", "dsl_every_unary_op", "dsl_every_binary_op", "dsl_every_fpu_op",
+            "dsl_every_reduce_op"} <= names  # fmt: skip
+    p = checked["planted_dsl"]
+    lines = dsl_diagnostics(checked["replays"])
+    planted = [ln for ln in lines if f"{p['file']}:{p['line']}: error" in ln and p["word"] in ln]
+    assert {ln.split(" [", 1)[1].split("]", 1)[0] for ln in planted} == {"trisc0", "trisc1", "trisc2"}, lines
+    kernels = {r.kernel for r in checked["replays"] if r.kernel.startswith("Kernel_Source_Code/")}
+    assert len(kernels) >= 3 * len(names)  # a reader, a writer and a compute kernel per variant (and the planted)
+    errors = sorted({ln for ln in lines if ln not in planted and not ln.startswith(planted[0].split(" [")[0])})
+    assert not errors, f"{len(errors)} errors in the DSL's kernels:\n" + "\n".join(errors[:40])
 
 
 # ------------------------------------------------------------------------------------------ the real toolchain

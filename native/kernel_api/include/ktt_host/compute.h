@@ -194,6 +194,18 @@ ALWI void add_bcast_scalar_init(uint32_t icb0, uint32_t icb1, uint32_t call_line
 ALWI void mul_bcast_scalar_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE(), KTT_SITE) {
     ::ktt::host::fpu_init("mul_bcast_scalar", icb0, icb1, 0, "mul_bcast_scalar_init", KTT_HERE);
 }
+ALWI void mul_bcast_cols_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE(), KTT_SITE) {
+    ::ktt::host::fpu_init("mul_bcast_cols", icb0, icb1, 0, "mul_bcast_cols_init", KTT_HERE);
+}
+ALWI void mul_bcast_rows_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE(), KTT_SITE) {
+    ::ktt::host::fpu_init("mul_bcast_rows", icb0, icb1, 0, "mul_bcast_rows_init", KTT_HERE);
+}
+ALWI void sub_bcast_cols_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE(), KTT_SITE) {
+    ::ktt::host::fpu_init("sub_bcast_cols", icb0, icb1, 0, "sub_bcast_cols_init", KTT_HERE);
+}
+ALWI void sub_bcast_scalar_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE(), KTT_SITE) {
+    ::ktt::host::fpu_init("sub_bcast_scalar", icb0, icb1, 0, "sub_bcast_scalar_init", KTT_HERE);
+}
 template <EltwiseBinaryType tBcastOp, BroadcastType tBcastDim>
 ALWI void init_bcast(uint32_t icb0, uint32_t icb1, uint32_t ocb, KTT_SITE) {
     constexpr const char *op = tBcastOp == EltwiseBinaryType::ELWADD   ? "add"

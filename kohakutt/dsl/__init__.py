@@ -1,0 +1,1 @@
+"""Kernel DSLs: write a card program in Python (``kohakutt.dsl.metal``)."""
