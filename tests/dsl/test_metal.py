@@ -34,9 +34,13 @@ import every_op  # noqa: E402
 
 
 def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    """The example module by its name, loaded once per process (its ops are defined once; tests/ttnn loads it too)."""
+    mod = sys.modules.get(path.stem)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        sys.modules[path.stem] = mod
     return mod
 
 

@@ -301,6 +301,7 @@ def _dsl(dev: Any) -> list[tuple[str, Program, list]]:
     """The kernel DSL's programs (the two examples and the every-op programs of tests/dsl): their generated C++."""
     import dataclasses
     import importlib.util
+    import sys
     from pathlib import Path
 
     from kohakutt.dsl.metal import bits
@@ -309,10 +310,13 @@ def _dsl(dev: Any) -> list[tuple[str, Program, list]]:
 
     root = Path(__file__).resolve().parents[2]
 
-    def load(path: Path) -> Any:
-        spec = importlib.util.spec_from_file_location(f"dsl_variant_{path.stem}", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+    def load(path: Path) -> Any:  # by its name, once per process (its ops are defined once; tests/dsl loads it too)
+        mod = sys.modules.get(path.stem)
+        if mod is None:
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            sys.modules[path.stem] = mod
         return mod
 
     ex = root / "examples" / "kernels" / "dsl_metal"
