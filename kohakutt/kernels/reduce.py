@@ -456,8 +456,12 @@ for _name in ("var", "std", "var_mean", "std_mean"):
 
 # ----------------------------------------------------------------------------------------------- logsumexp
 def _safe_max(r: Reduction, num: Numerics) -> np.ndarray:
-    """The maximum over the reduced dims (keepdims, fp32), 0 where it is +-inf (PyTorch's logsumexp guard)."""
-    m = extreme(r, num, True).astype(np.float32)
+    """The exact maximum over the reduced dims (keepdims, fp32; NaN if the group holds one), 0 where it is +-inf
+    (PyTorch's logsumexp guard). Exact, not the reduce unit's: GMPOOL compares float32 as TF32 (truncated), and
+    ``x - max`` of a truncated max is up to 2^-10 |max| above 0, so exp overflows from |max| ~ 9e4 on. The own
+    kernel takes the maximum on the SFPU (float32 compares); TT-NN's chain on a card takes it as argmax + gather
+    (:func:`_card_exact_max`)."""
+    m = np.max(r.x.astype(np.float32, copy=False), axis=r.dims, keepdims=True)
     return np.where(np.isinf(m), np.float32(0), m)
 
 
@@ -713,9 +717,12 @@ def _ttnn_with_indices(largest: bool):
     def fn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list[TensorSpec]) -> list:
         x = inputs[0]
         d = one_dim(tuple(x.shape), attrs["dim"])
-        values = (ttnn_.max if largest else ttnn_.min)(
-            x, dim=d, keepdim=True, compute_kernel_config=kernel_config(ttnn_, x, num)
-        )
+        if x.dtype == ttnn_.float32 and x.shape:  # ttnn.max / min compare TF32 (truncated): gather at the argmax
+            values = _card_exact_max(ttnn_, x, [d]) if largest else ttnn_.neg(_card_exact_max(ttnn_, ttnn_.neg(x), [d]))
+        else:
+            values = (ttnn_.max if largest else ttnn_.min)(
+                x, dim=d, keepdim=True, compute_kernel_config=kernel_config(ttnn_, x, num)
+            )
         return [_finish(ttnn_, values, out_specs[0]), arg(ttnn_, inputs, attrs, num, out_specs[1:])]
 
     return fn
@@ -753,12 +760,34 @@ for _name in ("var", "std", "var_mean", "std_mean"):
     ttnn(_name)(_ttnn_var(_name))
 
 
+def _card_exact_max(ttnn_: Any, x: Any, dims: Sequence[int]) -> Any:
+    """The exact maximum of float32 ``x`` over ``dims`` (keepdims) on a card: ``ttnn.max`` reads float32 as TF32
+    (truncated), so each dim, last first, takes ``ttnn.argmax`` (float32 compares) and gathers the value there."""
+    shape = list(x.shape)
+    lead = max(2 - len(shape), 0)  # TT-NN's gather takes rank >= 2
+    x = ttnn_.reshape(x, [1] * lead + shape) if lead else x
+    for d in sorted((d + lead for d in dims), reverse=True):
+        nd = len(x.shape)
+        perm = [i for i in range(nd) if i != d] + [d]  # argmax and this gather work along the last dim
+        moved = perm != list(range(nd))
+        xp = ttnn_.permute(x, perm) if moved else x
+        idx = ttnn_.argmax(xp, dim=-1, keepdim=True)
+        idx = ttnn_.typecast(ttnn_.to_layout(idx, ttnn_.TILE_LAYOUT), ttnn_.uint32)
+        v = ttnn_.gather(ttnn_.to_layout(xp, ttnn_.TILE_LAYOUT), -1, index=idx)
+        x = ttnn_.permute(v, [perm.index(i) for i in range(nd)]) if moved else v
+    return ttnn_.reshape(x, [1 if i in dims else n for i, n in enumerate(shape)]) if lead else x
+
+
 @ttnn("logsumexp")
 def logsumexp_ttnn_card(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list[TensorSpec]) -> Any:
     x = as_dtype(ttnn_, inputs[0], out_specs[0].dtype)
-    dim_arg = _dims_arg(tuple(x.shape), attrs["dims"])
+    shape = tuple(x.shape)
+    dim_arg = _dims_arg(shape, attrs["dims"])
     cfg = kernel_config(ttnn_, x, num)
-    m = ttnn_.max(x, dim=dim_arg, keepdim=True, compute_kernel_config=cfg)
+    if x.dtype == ttnn_.float32:  # the shift must be the exact max: x - max(TF32) can reach 2^-10 |max| (exp: inf)
+        m = _card_exact_max(ttnn_, x, reduced_dims(shape, attrs["dims"]))
+    else:  # bfloat16 values are whole in the source registers: ttnn.max is exact
+        m = ttnn_.max(x, dim=dim_arg, keepdim=True, compute_kernel_config=cfg)
     m = ttnn_.where(ttnn_.isinf(m), 0.0, m)
     s = ttnn_.sum(ttnn_.exp(ttnn_.subtract(x, m)), dim=dim_arg, keepdim=True, compute_kernel_config=cfg)
     return _finish(ttnn_, ttnn_.add(ttnn_.log(s), m), out_specs[0])
