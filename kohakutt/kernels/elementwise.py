@@ -158,6 +158,7 @@ F64: dict[str, Callable[[np.ndarray, dict[str, Any]], np.ndarray]] = {
     "erfinv": lambda x, a: _t64(torch.special.erfinv, x),
     "lgamma": lambda x, a: _t64(torch.lgamma, x),
     "digamma": lambda x, a: _t64(torch.special.digamma, x),
+    "polygamma": lambda x, a: _t64(lambda t: torch.special.polygamma(int(a["n"]), t), x),
     "floor": lambda x, a: np.floor(x),
     "ceil": lambda x, a: np.ceil(x),
     "round": lambda x, a: _round(x, int(a["decimals"])),
@@ -241,6 +242,7 @@ _HEAVY = {
     "erfinv": 4,
     "lgamma": 6,
     "digamma": 6,
+    "polygamma": 8,
     "tan": 3,
     "asin": 3,
     "acos": 3,
@@ -788,3 +790,14 @@ def _tt_mish_bw(tt: Any, i: list[Any], a: dict[str, Any], n: Numerics) -> Any:
 
 _register_ttnn("elu_backward", _tt_elu_bw)
 _register_ttnn("mish_backward", _tt_mish_bw)
+
+
+def _tt_polygamma(tt: Any, i: list[Any], a: dict[str, Any], n: Numerics) -> Any:
+    if i[0].dtype != tt.bfloat16:  # TT-NN 0.81.1's polygamma takes bfloat16 only; a float32 result would lose bits
+        raise KohakuTTUnsupportedOperator("polygamma: TT-NN's polygamma (digamma's gradient) takes bfloat16 tensors "
+                                          "only; cast to bfloat16 or run it on the CPU")  # fmt: skip
+    return tt.polygamma(i[0], int(a["n"]))
+
+
+TTNN_NAMES += ("polygamma",)
+_register_ttnn("polygamma", _tt_polygamma)

@@ -143,6 +143,20 @@ def _round(a: Args, outs: list[torch.Tensor]) -> None:
 _register("round", _round, ("round",))
 
 
+def _polygamma(a: Args, outs: list[torch.Tensor]) -> None:
+    """polygamma(n, x): digamma at n = 0 (PyTorch allows it), the IR's polygamma for n = 1..10 (digamma's gradient
+    is polygamma(1, x))."""
+    n = int(a.n)
+    if n == 0:
+        ir("digamma", [a.self], None, outs, a._index, _float(a.self.dtype))
+    else:
+        ir("polygamma", [a.self], {"n": n}, outs, a._index, _float(a.self.dtype))
+
+
+_register("polygamma", _polygamma, ("digamma", "polygamma"))
+_register("special_polygamma", _polygamma, ("digamma", "polygamma"))
+
+
 # ------------------------------------------------------------------------------------------------------ binary
 def _other(a: Args) -> Any:
     """The second operand, whatever the schema calls it (``other``; pow's ``exponent``; heaviside's ``values``)."""
