@@ -154,7 +154,6 @@ def _polygamma(a: Args, outs: list[torch.Tensor]) -> None:
 
 
 _register("polygamma", _polygamma, ("digamma", "polygamma"))
-_register("special_polygamma", _polygamma, ("digamma", "polygamma"))
 
 
 # ------------------------------------------------------------------------------------------------------ binary
