@@ -63,6 +63,8 @@ from kohakutt.kernels.reduce import (
     fidelity_of,
     fp32_acc_of,
     kernel_config,
+    pow2_exponent,
+    scaled,
     scaler_tile,
     storage,
     ttnn_sum,
@@ -230,15 +232,22 @@ def sfpu_rowwise(call: SimCall, rms: bool, fused: bool) -> list[np.ndarray]:
             s = cm.round_to(s + np.asarray(call.inputs[1], F32).reshape(rows, width), _out_fmt(outs[1]))
             result["s"] = s
         inv_w = F32(1.0 / width)
+        # a row whose largest |s| passes 2^60 would overflow d * d (rstd 0, y 0): it is scaled by 2^-e first, eps
+        # by 2^-2e (not below float32's smallest normal, so a constant row still gives 0), and the statistics back
+        e = pow2_exponent(np.max(np.abs(s), axis=1), 2.0**60)
+        e = np.where(e > 0, e, 0)
+        ss = scaled(s, -e[:, None])
+        eps = np.where(e > 0, np.maximum(scaled(np.full(rows, _eps(call), F32), -2 * e), np.finfo(F32).tiny),
+                       F32(_eps(call)))  # fmt: skip
         if rms:
-            d = s
+            d = ss
         else:
-            mean = np.sum(s, axis=1, dtype=F32) * inv_w
-            d = s - mean[:, None]
-            result["mean"] = mean
+            mean = np.sum(ss, axis=1, dtype=F32) * inv_w
+            d = ss - mean[:, None]
+            result["mean"] = scaled(mean, e)
         var = np.sum(d * d, axis=1, dtype=F32) * inv_w
-        rstd = cm.sfpu("rsqrt", var + F32(_eps(call)))
-        result["rstd"] = rstd
+        rstd = cm.sfpu("rsqrt", var + eps)
+        result["rstd"] = scaled(rstd, -e)
         y = d * rstd[:, None]
         if "w" in p:
             y = y * p["w"].reshape(1, width)

@@ -217,6 +217,25 @@ def int_total(r: Reduction) -> np.ndarray:
     return total.astype(r.out.dtype.compute)
 
 
+def pow2_exponent(m: np.ndarray, limit: float) -> np.ndarray:
+    """Per group, the power of two ``e`` that brings the group's largest magnitude ``m`` into [1, 2) where ``m`` is
+    finite and above ``limit`` (or nonzero and below ``1 / limit`` when ``limit`` > 0 is given as such), else 0.
+    The own kernels scale such a group by 2^-e before squaring or summing it (one SFPU multiply per element, exact:
+    only values that fall below float32's normal range change, and those are negligible next to 2^e) and scale the
+    result back, so ``x * x`` or a sum cannot overflow (or underflow) where the result itself is finite."""
+    m = np.asarray(m, np.float64)
+    with np.errstate(all="ignore"):
+        need = np.isfinite(m) & ((m > limit) | ((m > 0) & (m < 1.0 / limit)))
+    e = np.frexp(np.where(need, m, 1.0))[1] - 1
+    return np.where(need, e, 0).astype(np.int32)
+
+
+def scaled(x: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``x * 2^e`` in float32 (exact unless it leaves float32's normal range)."""
+    with np.errstate(all="ignore"):
+        return np.ldexp(np.asarray(x, np.float64), e).astype(np.float32)
+
+
 # ---------------------------------------------------------------------------------------------- cost model
 def reduce_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numerics, card: CardSpec) -> float:
     """Launch + max(DRAM traffic, one reduce-tile op per input tile at the fidelity's matmul rate)."""
@@ -453,6 +472,35 @@ def _var_op(kind: str):
 for _name in ("var", "std", "var_mean", "std_mean"):
     sim(_name, estimate=chain_cost(2))(_var_op(_name))
 
+_SQUARE_SAFE = 2.0**60  # a group whose largest |x| is beyond this is scaled first: (x - mean)^2 stays finite
+
+
+def _var_op_ktt(kind: str):
+    """The own kernel: TT-NN's two fp32 passes, on the group scaled by a power of two when its largest magnitude
+    would overflow the squares (:func:`pow2_exponent`), so var of [3e38, 3e38] is 0 and std of [1e20, 0] is finite;
+    the results are scaled back exactly (a var beyond float32 is inf, as it must be)."""
+
+    def fn(call: SimCall) -> np.ndarray | list[np.ndarray]:
+        r = reduction(call)
+        outputs = 2 if kind.endswith("_mean") else 1
+        done = r.empty(np.nan)
+        if done is not None:
+            return [done] * outputs if outputs == 2 else done
+        x = r.x.astype(np.float32, copy=False)
+        with np.errstate(invalid="ignore"):
+            e = pow2_exponent(np.max(np.abs(x), axis=r.dims, keepdims=True), _SQUARE_SAFE)
+        var, mean = var_and_mean(Reduction(scaled(x, -e), r.dims, r.out, r.src), float(call.attrs["correction"]),
+                                 call.numerics)  # fmt: skip
+        first = scaled(cm.sfpu("sqrt", var), e) if kind.startswith("std") else scaled(var, 2 * e)
+        mean = scaled(mean, e)
+        return [r.shaped(first), r.shaped(mean)] if outputs == 2 else r.shaped(first)
+
+    return fn
+
+
+for _name in ("var", "std", "var_mean", "std_mean"):
+    sim(_name, provider="ktt", estimate=chain_cost(2))(_var_op_ktt(_name))
+
 
 # ----------------------------------------------------------------------------------------------- logsumexp
 def _safe_max(r: Reduction, num: Numerics) -> np.ndarray:
@@ -563,7 +611,9 @@ def _pow_sfpu(a: np.ndarray, p: float) -> np.ndarray:
 @sim("vector_norm", provider="ktt", estimate=chain_cost(2))
 def vector_norm_ktt(call: SimCall) -> np.ndarray:
     """The own kernel: float32 data as float32 SFPU ops (|x|, x * x or |x| ** p, each rounded once) summed with SFPU
-    float32 adds, then the root (p = +-inf: the largest / smallest |x| by SFPU compares, exact); other formats, and
+    float32 adds, then the root (p = +-inf: the largest / smallest |x| by SFPU compares, exact); for p > 0 (not 1) a
+    group whose largest |x| is beyond 2^(60/p) or below 2^(-60/p) is first scaled by a power of two
+    (:func:`pow2_exponent`), so the norm of [3e38] is 3e38 and of [1e-30] is 1e-30. Other formats, and
     ``fp32_reduce="tf32"``, as TT-NN's ``moreh_norm``."""
     r = reduction(call)
     if r.fmt != "float32" or not call.numerics.exact_sums:
@@ -577,11 +627,16 @@ def vector_norm_ktt(call: SimCall) -> np.ndarray:
         return vector_norm(call)  # a count: exact on either path
     if math.isinf(p):  # the SFPU's compares keep the values (the FPU max reads them as TF32)
         return r.shaped((np.max if p > 0 else np.min)(a, axis=r.dims, keepdims=True))
+    e = np.zeros((1,) * a.ndim, np.int32)
+    if p > 0 and p != 1:  # |x|^p of a large (tiny) group overflows (underflows) where the norm does not: scale first
+        with np.errstate(invalid="ignore"):
+            e = pow2_exponent(np.max(a, axis=r.dims, keepdims=True), 2.0 ** (60 / max(p, 1.0)))
+        a = scaled(a, -e)
     with np.errstate(over="ignore", invalid="ignore"):
         terms = a if p == 1 else a * a if p == 2 else _pow_sfpu(a, p)
         s = np.sum(terms, axis=r.dims, keepdims=True, dtype=np.float32)
         out = s if p == 1 else cm.sfpu("sqrt", s) if p == 2 else _pow_sfpu(s, 1.0 / p)
-    return r.shaped(out)
+    return r.shaped(scaled(out, e))
 
 
 @sim("vector_norm", estimate=chain_cost(2))

@@ -135,3 +135,75 @@ def test_logsumexp_of_one_large_value() -> None:
     for v in (1.03e6, 3e38, -3e38, 123456.789):
         x = torch.tensor([v])
         assert torch.logsumexp(x.to(DEV), 0).item() == torch.logsumexp(x, 0).item()
+
+
+# ------------------------------------------------------------------------------ found by the extreme-input sweep
+def _ref(fn, x: torch.Tensor) -> torch.Tensor:
+    return fn(x.double()).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "name",
+    ["threshold", "hardshrink", "softshrink", "relu_grad", "hardtanh_grad", "hardshrink_grad", "threshold_grad"],
+)
+def test_nan_is_kept(name: str, dtype: str) -> None:
+    """PyTorch tests ``x <= threshold`` (and ``-lambd <= x <= lambd``), so a NaN input gives NaN (its gradient passes
+    the incoming gradient); these once gave the fill value."""
+    x = torch.tensor([NAN, -2.0, 0.25, 3.0], dtype=DTYPES[dtype])
+    fns = {
+        "threshold": lambda t: F.threshold(t, 1.0, -5.0),
+        "hardshrink": F.hardshrink,
+        "softshrink": F.softshrink,
+    }
+    if name in fns:
+        _check(fns[name](x.to(DEV)).cpu(), x, fns[name], DTYPES[dtype])
+        return
+    fn = {"relu_grad": F.relu, "hardtanh_grad": F.hardtanh, "hardshrink_grad": F.hardshrink,
+          "threshold_grad": lambda t: F.threshold(t, 1.0, -5.0)}[name]  # fmt: skip
+    xt, xc = x.to(DEV).requires_grad_(), x.clone().requires_grad_()
+    fn(xt).sum().backward()
+    fn(xc).sum().backward()
+    assert torch.equal(xt.grad.cpu(), xc.grad), (xt.grad, xc.grad)
+
+
+def test_i0_of_huge_values_is_inf() -> None:
+    x = torch.tensor([3e38, -3e38, 3.4028235e38, 100.0, -20.0])  # i0(inf) is NaN in PyTorch (float64 too)
+    torch.testing.assert_close(torch.i0(x.to(DEV)).cpu(), _ref(torch.i0, x), rtol=2.0**-20, atol=0)
+
+
+def test_sinc_of_bfloat16_near_integers() -> None:
+    """pi x was rounded to bfloat16 before the sine: sinc(1) came out 3e-4 instead of 0."""
+    x = torch.tensor([1.0, -1.0, 2.0, 7.0, 0.5, 0.0, 100.0], dtype=torch.bfloat16)
+    got = torch.sinc(x.to(DEV)).cpu().double()
+    ref = torch.sinc(x.double())
+    assert torch.all((got - ref).abs() <= 2.0**-8 * ref.abs() + 1e-6), (got, ref)
+
+
+NORM_ROWS = [[1e20, 0.0, -5e19, 3.3e19], [3e38, 0.0, -1.5e38, 1e38], [1e-30, 3e-30, 0.0, -2e-30], [5e30] * 4]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["norm2", "norm3", "norm_half", "std", "var", "var_mean", "std_mean", "mean", "layer_norm", "rms_norm"],
+)
+def test_statistics_of_large_and_tiny_rows(name: str) -> None:
+    """Squares of 1e20 overflow float32 (and of 1e-30 underflow) although the norm, std or normalized row is an
+    ordinary number: the own kernels scale such a row by a power of two first. The float64 result, rounded to
+    float32, is the reference (inf only where it is beyond float32)."""
+    fn = {
+        "norm2": lambda t: torch.linalg.vector_norm(t, dim=1),
+        "norm3": lambda t: torch.linalg.vector_norm(t, 3, dim=1),
+        "norm_half": lambda t: torch.linalg.vector_norm(t, 0.5, dim=1),
+        "std": lambda t: t.std(1),
+        "var": lambda t: t.var(1),
+        "var_mean": lambda t: torch.cat(torch.var_mean(t, 1)),
+        "std_mean": lambda t: torch.cat(torch.std_mean(t, 1)),
+        "mean": lambda t: t.mean(1),
+        "layer_norm": lambda t: F.layer_norm(t, (4,)),
+        "rms_norm": lambda t: F.rms_norm(t, (4,)),
+    }[name]
+    x = torch.tensor(NORM_ROWS)
+    got = fn(x.to(DEV)).cpu().double()
+    ref = fn(x.double()).float().double()
+    torch.testing.assert_close(got, ref, rtol=2.0**-19, atol=2.0**-60, equal_nan=False)
