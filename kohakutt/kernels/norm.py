@@ -368,8 +368,8 @@ def ktt_group_norm(call: SimCall) -> list[np.ndarray]:
     n, c = x.shape[:2]
     g = x.reshape(n, groups, -1).astype(np.float64)
     mean = g.mean(axis=-1).astype(F32)
-    var = ((g - mean[..., None]) ** 2).mean(axis=-1).astype(F32)
-    rstd = (1.0 / np.sqrt(var.astype(np.float64) + F32(call.attrs["eps"]))).astype(F32)
+    var = ((g - mean[..., None]) ** 2).mean(axis=-1)  # kept wide: a group of 1e20s has a var beyond float32
+    rstd = (1.0 / np.sqrt(var + F32(call.attrs["eps"]))).astype(F32)
     y = ((x.reshape(n, groups, -1) - mean[..., None]) * rstd[..., None]).reshape(x.shape)
     chan = (1, c) + (1,) * (x.ndim - 2)
     if "w" in p:
@@ -464,10 +464,13 @@ def ktt_batch_norm(call: SimCall) -> list[np.ndarray]:
     if call.attrs["training"]:
         x64 = x.astype(np.float64)
         mean = x64.mean(axis=axes).astype(F32)
-        var = ((x64 - mean.reshape(chan)) ** 2).mean(axis=axes).astype(F32)
+        var64 = ((x64 - mean.reshape(chan)) ** 2).mean(axis=axes)  # wide: 1e20s have a var beyond float32
+        with np.errstate(over="ignore"):
+            var = var64.astype(F32)
     else:
         mean, var = p["m"], p["v"]
-    invstd = (1.0 / np.sqrt(var.astype(np.float64) + eps)).astype(F32)
+        var64 = var.astype(np.float64)
+    invstd = (1.0 / np.sqrt(var64 + eps)).astype(F32)
     y = (x - mean.reshape(chan)) * invstd.reshape(chan)
     if "w" in p:
         y = y * p["w"].reshape(chan)

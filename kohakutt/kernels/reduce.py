@@ -23,6 +23,7 @@ What the "ttnn" models follow (tt-metal / TT-NN 0.81.1, ``ttnn/operations/reduct
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -616,9 +617,14 @@ def vector_norm_ktt(call: SimCall) -> np.ndarray:
     (:func:`pow2_exponent`), so the norm of [3e38] is 3e38 and of [1e-30] is 1e-30. Other formats, and
     ``fp32_reduce="tf32"``, as TT-NN's ``moreh_norm``."""
     r = reduction(call)
-    if r.fmt != "float32" or not call.numerics.exact_sums:
-        return vector_norm(call)
     p = float(call.attrs["p"])
+    if r.fmt != "float32" or not call.numerics.exact_sums:
+        if not (p > 0 and p != 1 and math.isfinite(p)) or r.out.numel == 0 or r.count == 0:
+            return vector_norm(call)
+        with np.errstate(invalid="ignore"):  # the same power-of-two scaling around TT-NN's program (exact for bf16)
+            e = pow2_exponent(np.max(np.abs(r.x.astype(np.float32)), axis=r.dims, keepdims=True), 2.0 ** (60 / p))
+        inner = dataclasses.replace(call, inputs=[scaled(np.asarray(call.inputs[0], np.float32), -e)])
+        return r.shaped(scaled(np.asarray(vector_norm(inner), np.float32).reshape(e.shape), e))
     done = r.empty(0)
     if done is not None:
         return done

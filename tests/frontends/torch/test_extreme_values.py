@@ -207,3 +207,24 @@ def test_statistics_of_large_and_tiny_rows(name: str) -> None:
     got = fn(x.to(DEV)).cpu().double()
     ref = fn(x.double()).float().double()
     torch.testing.assert_close(got, ref, rtol=2.0**-19, atol=2.0**-60, equal_nan=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["batch_norm", "group_norm", "instance_norm", "norm", "normalize", "cosine"])
+def test_channel_statistics_of_large_values(name: str, dtype: str) -> None:
+    """Batch / group / instance norm of 1e20s gave 0 (their float32 var overflowed, so rstd was 0), and a bfloat16
+    2-norm of 1e20s was inf (so normalize gave 0 and cosine similarity 0)."""
+    dt = DTYPES[dtype]
+    x = torch.tensor([[1e20, 0.0, -5e19, 3.3e19], [1e30, 2e29, -7e29, 0.0]]).to(dt)
+    fn = {
+        "batch_norm": lambda t: F.batch_norm(t.T, None, None, training=True),
+        "group_norm": lambda t: F.group_norm(t.reshape(2, 4, 1), 2),
+        "instance_norm": lambda t: F.instance_norm(t.reshape(2, 1, 4)),
+        "norm": lambda t: torch.linalg.vector_norm(t, dim=1),
+        "normalize": lambda t: F.normalize(t, dim=1),
+        "cosine": lambda t: F.cosine_similarity(t, t.flip(1), dim=1),
+    }[name]
+    got = fn(x.to(DEV)).cpu().double()
+    ref = fn(x.double())
+    tol = 2.0**-19 if dt == torch.float32 else 2.0**-6
+    torch.testing.assert_close(got, ref, rtol=tol, atol=tol)
