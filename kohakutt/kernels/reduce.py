@@ -220,7 +220,7 @@ def int_total(r: Reduction) -> np.ndarray:
 
 def pow2_exponent(m: np.ndarray, limit: float) -> np.ndarray:
     """Per group, the power of two ``e`` that brings the group's largest magnitude ``m`` into [1, 2) where ``m`` is
-    finite and above ``limit`` (or nonzero and below ``1 / limit`` when ``limit`` > 0 is given as such), else 0.
+    finite and above ``limit`` or nonzero and below ``1 / limit``; 0 elsewhere.
     The own kernels scale such a group by 2^-e before squaring or summing it (one SFPU multiply per element, exact:
     only values that fall below float32's normal range change, and those are negligible next to 2^e) and scale the
     result back, so ``x * x`` or a sum cannot overflow (or underflow) where the result itself is finite."""
