@@ -153,11 +153,12 @@ F64: dict[str, Callable[[np.ndarray, dict[str, Any]], np.ndarray]] = {
     "hardtanh": lambda x, a: np.minimum(np.maximum(x, a["min_val"]), a["max_val"]),
     "hardsigmoid": lambda x, a: np.minimum(np.maximum(x / 6.0 + 0.5, 0.0), 1.0),
     "hardswish": lambda x, a: x * np.minimum(np.maximum(x / 6.0 + 0.5, 0.0), 1.0),
-    "threshold": lambda x, a: np.where(x > a["threshold"], x, a["value"]),
+    "threshold": lambda x, a: np.where(x <= a["threshold"], a["value"], x),  # PyTorch's test: NaN is kept
     "erfc": lambda x, a: _t64(torch.special.erfc, x),
     "erfinv": lambda x, a: _t64(torch.special.erfinv, x),
     "lgamma": lambda x, a: _t64(torch.lgamma, x),
     "digamma": lambda x, a: _t64(torch.special.digamma, x),
+    "polygamma": lambda x, a: _t64(lambda t: torch.special.polygamma(int(a["n"]), t), x),
     "floor": lambda x, a: np.floor(x),
     "ceil": lambda x, a: np.ceil(x),
     "round": lambda x, a: _round(x, int(a["decimals"])),
@@ -241,6 +242,7 @@ _HEAVY = {
     "erfinv": 4,
     "lgamma": 6,
     "digamma": 6,
+    "polygamma": 8,
     "tan": 3,
     "asin": 3,
     "acos": 3,
@@ -481,10 +483,10 @@ BACKWARD_F64: dict[str, Callable[[np.ndarray, np.ndarray, dict[str, Any]], np.nd
     "silu_backward": lambda g, x, a: g * _sigmoid(x) * (1.0 + x * (1.0 - _sigmoid(x))),
     "sigmoid_backward": lambda g, y, a: g * y * (1.0 - y),
     "tanh_backward": lambda g, y, a: g * (1.0 - y * y),
-    "threshold_backward": lambda g, x, a: np.where(x > a["threshold"], g, 0.0),
+    "threshold_backward": lambda g, x, a: np.where(x <= a["threshold"], 0.0, g),  # NaN x passes g, as PyTorch
     "elu_backward": _elu_grad,
     "leaky_relu_backward": lambda g, x, a: np.where(x > 0, g, g * a["negative_slope"]),
-    "hardtanh_backward": lambda g, x, a: np.where((x > a["min_val"]) & (x < a["max_val"]), g, 0.0),
+    "hardtanh_backward": lambda g, x, a: np.where((x <= a["min_val"]) | (x >= a["max_val"]), 0.0, g),
     "softplus_backward": lambda g, x, a: np.where(x * a["beta"] > a["threshold"], g, g * _sigmoid(a["beta"] * x)),
     "mish_backward": lambda g, x, a: g * _mish_grad(x),
     "hardsigmoid_backward": lambda g, x, a: np.where((x > -3.0) & (x < 3.0), g / 6.0, 0.0),
@@ -803,3 +805,14 @@ def _tt_mish_bw(tt: Any, i: list[Any], a: dict[str, Any], n: Numerics) -> Any:
 
 _register_ttnn("elu_backward", _tt_elu_bw)
 _register_ttnn("mish_backward", _tt_mish_bw)
+
+
+def _tt_polygamma(tt: Any, i: list[Any], a: dict[str, Any], n: Numerics) -> Any:
+    if i[0].dtype == tt.float32:  # TT-NN 0.81.1's polygamma takes bfloat16 only; a float32 result would lose bits
+        raise KohakuTTUnsupportedOperator("polygamma: TT-NN's polygamma (digamma's gradient) takes bfloat16 tensors "
+                                          "only; cast to bfloat16 or run it on the CPU")  # fmt: skip
+    return tt.polygamma(i[0], int(a["n"]))
+
+
+TTNN_NAMES += ("polygamma",)
+_register_ttnn("polygamma", _tt_polygamma)

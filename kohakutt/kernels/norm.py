@@ -63,6 +63,8 @@ from kohakutt.kernels.reduce import (
     fidelity_of,
     fp32_acc_of,
     kernel_config,
+    pow2_exponent,
+    scaled,
     scaler_tile,
     storage,
     ttnn_sum,
@@ -230,15 +232,22 @@ def sfpu_rowwise(call: SimCall, rms: bool, fused: bool) -> list[np.ndarray]:
             s = cm.round_to(s + np.asarray(call.inputs[1], F32).reshape(rows, width), _out_fmt(outs[1]))
             result["s"] = s
         inv_w = F32(1.0 / width)
+        # a row whose largest |s| passes 2^60 would overflow d * d (rstd 0, y 0): it is scaled by 2^-e first, eps
+        # by 2^-2e (not below float32's smallest normal, so a constant row still gives 0), and the statistics back
+        e = pow2_exponent(np.max(np.abs(s), axis=1), 2.0**60)
+        e = np.where(e > 0, e, 0)
+        ss = scaled(s, -e[:, None])
+        eps = np.where(e > 0, np.maximum(scaled(np.full(rows, _eps(call), F32), -2 * e), np.finfo(F32).tiny),
+                       F32(_eps(call)))  # fmt: skip
         if rms:
-            d = s
+            d = ss
         else:
-            mean = np.sum(s, axis=1, dtype=F32) * inv_w
-            d = s - mean[:, None]
-            result["mean"] = mean
+            mean = np.sum(ss, axis=1, dtype=F32) * inv_w
+            d = ss - mean[:, None]
+            result["mean"] = scaled(mean, e)
         var = np.sum(d * d, axis=1, dtype=F32) * inv_w
-        rstd = cm.sfpu("rsqrt", var + F32(_eps(call)))
-        result["rstd"] = rstd
+        rstd = cm.sfpu("rsqrt", var + eps)
+        result["rstd"] = scaled(rstd, -e)
         y = d * rstd[:, None]
         if "w" in p:
             y = y * p["w"].reshape(1, width)
@@ -359,8 +368,8 @@ def ktt_group_norm(call: SimCall) -> list[np.ndarray]:
     n, c = x.shape[:2]
     g = x.reshape(n, groups, -1).astype(np.float64)
     mean = g.mean(axis=-1).astype(F32)
-    var = ((g - mean[..., None]) ** 2).mean(axis=-1).astype(F32)
-    rstd = (1.0 / np.sqrt(var.astype(np.float64) + F32(call.attrs["eps"]))).astype(F32)
+    var = ((g - mean[..., None]) ** 2).mean(axis=-1)  # kept wide: a group of 1e20s has a var beyond float32
+    rstd = (1.0 / np.sqrt(var + F32(call.attrs["eps"]))).astype(F32)
     y = ((x.reshape(n, groups, -1) - mean[..., None]) * rstd[..., None]).reshape(x.shape)
     chan = (1, c) + (1,) * (x.ndim - 2)
     if "w" in p:
@@ -455,10 +464,13 @@ def ktt_batch_norm(call: SimCall) -> list[np.ndarray]:
     if call.attrs["training"]:
         x64 = x.astype(np.float64)
         mean = x64.mean(axis=axes).astype(F32)
-        var = ((x64 - mean.reshape(chan)) ** 2).mean(axis=axes).astype(F32)
+        var64 = ((x64 - mean.reshape(chan)) ** 2).mean(axis=axes)  # wide: 1e20s have a var beyond float32
+        with np.errstate(over="ignore"):
+            var = var64.astype(F32)
     else:
         mean, var = p["m"], p["v"]
-    invstd = (1.0 / np.sqrt(var.astype(np.float64) + eps)).astype(F32)
+        var64 = var.astype(np.float64)
+    invstd = (1.0 / np.sqrt(var64 + eps)).astype(F32)
     y = (x - mean.reshape(chan)) * invstd.reshape(chan)
     if "w" in p:
         y = y * p["w"].reshape(chan)

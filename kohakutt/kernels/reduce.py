@@ -23,6 +23,7 @@ What the "ttnn" models follow (tt-metal / TT-NN 0.81.1, ``ttnn/operations/reduct
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -215,6 +216,25 @@ def int_total(r: Reduction) -> np.ndarray:
     """An exact integer sum, wrapping in the output's 32-bit integer type (the SFPU's int32 adds)."""
     total = np.sum(r.x.astype(np.int64), axis=r.dims, keepdims=True)
     return total.astype(r.out.dtype.compute)
+
+
+def pow2_exponent(m: np.ndarray, limit: float) -> np.ndarray:
+    """Per group, the power of two ``e`` that brings the group's largest magnitude ``m`` into [1, 2) where ``m`` is
+    finite and above ``limit`` or nonzero and below ``1 / limit``; 0 elsewhere.
+    The own kernels scale such a group by 2^-e before squaring or summing it (one SFPU multiply per element, exact:
+    only values that fall below float32's normal range change, and those are negligible next to 2^e) and scale the
+    result back, so ``x * x`` or a sum cannot overflow (or underflow) where the result itself is finite."""
+    m = np.asarray(m, np.float64)
+    with np.errstate(all="ignore"):
+        need = np.isfinite(m) & ((m > limit) | ((m > 0) & (m < 1.0 / limit)))
+    e = np.frexp(np.where(need, m, 1.0))[1] - 1
+    return np.where(need, e, 0).astype(np.int32)
+
+
+def scaled(x: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``x * 2^e`` in float32 (exact unless it leaves float32's normal range)."""
+    with np.errstate(all="ignore"):
+        return np.ldexp(np.asarray(x, np.float64), e).astype(np.float32)
 
 
 # ---------------------------------------------------------------------------------------------- cost model
@@ -453,11 +473,44 @@ def _var_op(kind: str):
 for _name in ("var", "std", "var_mean", "std_mean"):
     sim(_name, estimate=chain_cost(2))(_var_op(_name))
 
+_SQUARE_SAFE = 2.0**60  # a group whose largest |x| is beyond this is scaled first: (x - mean)^2 stays finite
+
+
+def _var_op_ktt(kind: str):
+    """The own kernel: TT-NN's two fp32 passes, on the group scaled by a power of two when its largest magnitude
+    would overflow the squares (:func:`pow2_exponent`), so var of [3e38, 3e38] is 0 and std of [1e20, 0] is finite;
+    the results are scaled back exactly (a var beyond float32 is inf, as it must be)."""
+
+    def fn(call: SimCall) -> np.ndarray | list[np.ndarray]:
+        r = reduction(call)
+        outputs = 2 if kind.endswith("_mean") else 1
+        done = r.empty(np.nan)
+        if done is not None:
+            return [done] * outputs if outputs == 2 else done
+        x = r.x.astype(np.float32, copy=False)
+        with np.errstate(invalid="ignore"):
+            e = pow2_exponent(np.max(np.abs(x), axis=r.dims, keepdims=True), _SQUARE_SAFE)
+        var, mean = var_and_mean(Reduction(scaled(x, -e), r.dims, r.out, r.src), float(call.attrs["correction"]),
+                                 call.numerics)  # fmt: skip
+        first = scaled(cm.sfpu("sqrt", var), e) if kind.startswith("std") else scaled(var, 2 * e)
+        mean = scaled(mean, e)
+        return [r.shaped(first), r.shaped(mean)] if outputs == 2 else r.shaped(first)
+
+    return fn
+
+
+for _name in ("var", "std", "var_mean", "std_mean"):
+    sim(_name, provider="ktt", estimate=chain_cost(2))(_var_op_ktt(_name))
+
 
 # ----------------------------------------------------------------------------------------------- logsumexp
 def _safe_max(r: Reduction, num: Numerics) -> np.ndarray:
-    """The maximum over the reduced dims (keepdims, fp32), 0 where it is +-inf (PyTorch's logsumexp guard)."""
-    m = extreme(r, num, True).astype(np.float32)
+    """The exact maximum over the reduced dims (keepdims, fp32; NaN if the group holds one), 0 where it is +-inf
+    (PyTorch's logsumexp guard). Exact, not the reduce unit's: GMPOOL compares float32 as TF32 (truncated), and
+    ``x - max`` of a truncated max is up to 2^-10 |max| above 0, so exp overflows from |max| ~ 9e4 on. The own
+    kernel takes the maximum on the SFPU (float32 compares); TT-NN's chain on a card takes it as argmax + gather
+    (:func:`_card_exact_max`)."""
+    m = np.max(r.x.astype(np.float32, copy=False), axis=r.dims, keepdims=True)
     return np.where(np.isinf(m), np.float32(0), m)
 
 
@@ -559,12 +612,19 @@ def _pow_sfpu(a: np.ndarray, p: float) -> np.ndarray:
 @sim("vector_norm", provider="ktt", estimate=chain_cost(2))
 def vector_norm_ktt(call: SimCall) -> np.ndarray:
     """The own kernel: float32 data as float32 SFPU ops (|x|, x * x or |x| ** p, each rounded once) summed with SFPU
-    float32 adds, then the root (p = +-inf: the largest / smallest |x| by SFPU compares, exact); other formats, and
+    float32 adds, then the root (p = +-inf: the largest / smallest |x| by SFPU compares, exact); for p > 0 (not 1) a
+    group whose largest |x| is beyond 2^(60/p) or below 2^(-60/p) is first scaled by a power of two
+    (:func:`pow2_exponent`), so the norm of [3e38] is 3e38 and of [1e-30] is 1e-30. Other formats, and
     ``fp32_reduce="tf32"``, as TT-NN's ``moreh_norm``."""
     r = reduction(call)
-    if r.fmt != "float32" or not call.numerics.exact_sums:
-        return vector_norm(call)
     p = float(call.attrs["p"])
+    if r.fmt != "float32" or not call.numerics.exact_sums:
+        if not (p > 0 and p != 1 and math.isfinite(p)) or r.out.numel == 0 or r.count == 0:
+            return vector_norm(call)
+        with np.errstate(invalid="ignore"):  # the same power-of-two scaling around TT-NN's program (exact for bf16)
+            e = pow2_exponent(np.max(np.abs(r.x.astype(np.float32)), axis=r.dims, keepdims=True), 2.0 ** (60 / p))
+        inner = dataclasses.replace(call, inputs=[scaled(np.asarray(call.inputs[0], np.float32), -e)])
+        return r.shaped(scaled(np.asarray(vector_norm(inner), np.float32).reshape(e.shape), e))
     done = r.empty(0)
     if done is not None:
         return done
@@ -573,11 +633,16 @@ def vector_norm_ktt(call: SimCall) -> np.ndarray:
         return vector_norm(call)  # a count: exact on either path
     if math.isinf(p):  # the SFPU's compares keep the values (the FPU max reads them as TF32)
         return r.shaped((np.max if p > 0 else np.min)(a, axis=r.dims, keepdims=True))
+    e = np.zeros((1,) * a.ndim, np.int32)
+    if p > 0 and p != 1:  # |x|^p of a large (tiny) group overflows (underflows) where the norm does not: scale first
+        with np.errstate(invalid="ignore"):
+            e = pow2_exponent(np.max(a, axis=r.dims, keepdims=True), 2.0 ** (60 / max(p, 1.0)))
+        a = scaled(a, -e)
     with np.errstate(over="ignore", invalid="ignore"):
         terms = a if p == 1 else a * a if p == 2 else _pow_sfpu(a, p)
         s = np.sum(terms, axis=r.dims, keepdims=True, dtype=np.float32)
         out = s if p == 1 else cm.sfpu("sqrt", s) if p == 2 else _pow_sfpu(s, 1.0 / p)
-    return r.shaped(out)
+    return r.shaped(scaled(out, e))
 
 
 @sim("vector_norm", estimate=chain_cost(2))
@@ -713,9 +778,12 @@ def _ttnn_with_indices(largest: bool):
     def fn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list[TensorSpec]) -> list:
         x = inputs[0]
         d = one_dim(tuple(x.shape), attrs["dim"])
-        values = (ttnn_.max if largest else ttnn_.min)(
-            x, dim=d, keepdim=True, compute_kernel_config=kernel_config(ttnn_, x, num)
-        )
+        if x.dtype == ttnn_.float32 and x.shape:  # ttnn.max / min compare TF32 (truncated): gather at the argmax
+            values = _card_exact_max(ttnn_, x, [d]) if largest else ttnn_.neg(_card_exact_max(ttnn_, ttnn_.neg(x), [d]))
+        else:
+            values = (ttnn_.max if largest else ttnn_.min)(
+                x, dim=d, keepdim=True, compute_kernel_config=kernel_config(ttnn_, x, num)
+            )
         return [_finish(ttnn_, values, out_specs[0]), arg(ttnn_, inputs, attrs, num, out_specs[1:])]
 
     return fn
@@ -753,12 +821,34 @@ for _name in ("var", "std", "var_mean", "std_mean"):
     ttnn(_name)(_ttnn_var(_name))
 
 
+def _card_exact_max(ttnn_: Any, x: Any, dims: Sequence[int]) -> Any:
+    """The exact maximum of float32 ``x`` over ``dims`` (keepdims) on a card: ``ttnn.max`` reads float32 as TF32
+    (truncated), so each dim, last first, takes ``ttnn.argmax`` (float32 compares) and gathers the value there."""
+    shape = list(x.shape)
+    lead = max(2 - len(shape), 0)  # TT-NN's gather takes rank >= 2
+    x = ttnn_.reshape(x, [1] * lead + shape) if lead else x
+    for d in sorted((d + lead for d in dims), reverse=True):
+        nd = len(x.shape)
+        perm = [i for i in range(nd) if i != d] + [d]  # argmax and this gather work along the last dim
+        moved = perm != list(range(nd))
+        xp = ttnn_.permute(x, perm) if moved else x
+        idx = ttnn_.argmax(xp, dim=-1, keepdim=True)
+        idx = ttnn_.typecast(ttnn_.to_layout(idx, ttnn_.TILE_LAYOUT), ttnn_.uint32)
+        v = ttnn_.gather(ttnn_.to_layout(xp, ttnn_.TILE_LAYOUT), -1, index=idx)
+        x = ttnn_.permute(v, [perm.index(i) for i in range(nd)]) if moved else v
+    return ttnn_.reshape(x, [1 if i in dims else n for i, n in enumerate(shape)]) if lead else x
+
+
 @ttnn("logsumexp")
 def logsumexp_ttnn_card(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list[TensorSpec]) -> Any:
     x = as_dtype(ttnn_, inputs[0], out_specs[0].dtype)
-    dim_arg = _dims_arg(tuple(x.shape), attrs["dims"])
+    shape = tuple(x.shape)
+    dim_arg = _dims_arg(shape, attrs["dims"])
     cfg = kernel_config(ttnn_, x, num)
-    m = ttnn_.max(x, dim=dim_arg, keepdim=True, compute_kernel_config=cfg)
+    if x.dtype == ttnn_.float32:  # the shift must be the exact max: x - max(TF32) can reach 2^-10 |max| (exp: inf)
+        m = _card_exact_max(ttnn_, x, reduced_dims(shape, attrs["dims"]))
+    else:  # bfloat16 values are whole in the source registers: ttnn.max is exact
+        m = ttnn_.max(x, dim=dim_arg, keepdim=True, compute_kernel_config=cfg)
     m = ttnn_.where(ttnn_.isinf(m), 0.0, m)
     s = ttnn_.sum(ttnn_.exp(ttnn_.subtract(x, m)), dim=dim_arg, keepdim=True, compute_kernel_config=cfg)
     return _finish(ttnn_, ttnn_.add(ttnn_.log(s), m), out_specs[0])

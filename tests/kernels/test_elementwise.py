@@ -126,6 +126,8 @@ UNARY_CASES = {
     "erfinv": ("erfinv", {}, t64(torch.erfinv), -0.99, 0.99),
     "lgamma": ("lgamma", {}, t64(torch.lgamma), 0.1, 10),
     "digamma": ("digamma", {}, t64(torch.digamma), 0.1, 10),
+    "trigamma": ("polygamma", {"n": 1}, t64(lambda x: torch.polygamma(1, x)), 0.1, 10),
+    "polygamma_3": ("polygamma", {"n": 3}, t64(lambda x: torch.polygamma(3, x)), 0.5, 10),
     "floor": ("floor", {}, t64(torch.floor), -5, 5),
     "ceil": ("ceil", {}, t64(torch.ceil), -5, 5),
     "round": ("round", {}, t64(torch.round), -5, 5),

@@ -246,7 +246,7 @@ UNARY = (
     "log10", "log1p", "log2", "log_sigmoid", "logical_not", "mish", "neg", "reciprocal", "relu", "relu6", "round",
     "rsqrt", "selu", "sigmoid", "sign", "signbit", "silu", "sin", "sinh", "softplus", "sqrt", "square", "tan",
     "tanh", "threshold", "trunc", "clamp", "softmax", "moreh_logsoftmax", "layer_norm", "rms_norm", "batch_norm",
-    "tril", "triu", "roll", "cumsum", "cumprod",
+    "tril", "triu", "roll", "cumsum", "cumprod", "polygamma",
 )  # fmt: skip
 BINARY = (
     "add", "subtract", "multiply", "divide", "remainder", "fmod", "pow", "atan2", "hypot", "maximum", "minimum",

@@ -49,6 +49,8 @@ CASES = {
                                                           t(d, (8,), "float32")], {"transpose_w": True}, {}),
     "concat": ("concat", lambda d: [t(d, (2, 3)), t(d, (2, 4))], {"dim": 1}, {}),
     "argmax, bfloat8_b": ("argmax", lambda d: [t(d, (4, 64), "bfloat8_b", "tile")], {"dim": 1}, {}),
+    "logsumexp of a float32 vector (exact max through a rank-2 gather)": (
+        "logsumexp", lambda d: [t(d, (40,), "float32")], {"dims": 0}, {}),
     "zeros": ("zeros", lambda d: [], {"shape": (3, 4)}, {}),
     "group_norm, bfloat8_b": ("group_norm", lambda d: [t(d, (2, 4, 32, 32), "bfloat8_b", "tile")],
                               {"num_groups": 2}, {}),

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from kohakutt.errors import DtypeError, IntegerOverflowError
+from kohakutt.errors import DtypeError, IntegerOverflowError, KohakuTTUnsupportedOperator
 from kohakutt.hal.layout import Layout
 from kohakutt.ir.dtypes import DType, promote
 from kohakutt.ir.ops import (
@@ -154,6 +154,14 @@ def _clamp_check(attrs: dict[str, Any]) -> None:
         raise ShapeError("clamp needs at least one of min / max")
 
 
+def _polygamma_check(attrs: dict[str, Any]) -> None:
+    if not 1 <= attrs["n"] <= 10:  # TT-NN's polygamma takes k = 1..10
+        raise KohakuTTUnsupportedOperator(
+            f"polygamma: n={attrs['n']} is outside 1..10, the orders the card computes; use digamma for n = 0 and "
+            "the CPU for higher orders"
+        )
+
+
 # ---------------------------------------------------------------------------------------------------------- unary
 # name: (kind, formula, attrs); kinds as in ``ew``; "float" ops on integer tensors compute and return float32.
 UNARY: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -219,6 +227,11 @@ UNARY: dict[str, tuple[str, str, dict[str, Any]]] = {
     "erfinv": ("float", "the inverse error function (+-inf at +-1, NaN outside)", {}),
     "lgamma": ("float", "ln |Gamma(x)| (inf at 0 and the negative integers)", {}),
     "digamma": ("float", "d/dx ln Gamma(x) (-inf at 0, NaN at the negative integers)", {}),
+    "polygamma": (
+        "float",
+        "the n-th derivative of digamma, n = 1..10 (trigamma at n = 1: digamma's gradient)",
+        {"n": 1},
+    ),
     "floor": ("same", "the largest integer <= x (integers unchanged)", {}),
     "ceil": ("same", "the smallest integer >= x (integers unchanged)", {}),
     "round": (
@@ -247,7 +260,11 @@ APPROX_UNARY = {
     "sigmoid": "approx=True: a 6-piece linear LUT (<= 0.018 absolute error)",
     "gelu": "approx=True: 0.5x + a 6-piece linear LUT, both variants (<= 0.024 absolute error)",
 }
-_CHECKS = {"gelu": _one_of("approximate", ("none", "tanh")), "clamp": _clamp_check}
+_CHECKS = {
+    "gelu": _one_of("approximate", ("none", "tanh")),
+    "clamp": _clamp_check,
+    "polygamma": _polygamma_check,
+}
 _BOOL_OK = {"logical_not", "isnan", "isinf", "isfinite", "signbit", "bitwise_not", "floor", "ceil", "round", "trunc"}
 
 for _name, (_kind, _formula, _attrs) in UNARY.items():

@@ -96,6 +96,7 @@ EXTRA_NAMES = (
     "bincount", "histc", "nn.functional.channel_shuffle", "nn.functional.pixel_shuffle",
     "nn.functional.pixel_unshuffle", "nn.functional.rrelu", "nn.functional.multi_margin_loss",
     "nn.functional.multilabel_margin_loss", "linalg.svd", "svd", "linalg.svdvals", "linalg.eigh", "linalg.eigvalsh",
+    "polygamma.polygamma_n_1", "polygamma.polygamma_n_2",
 )  # fmt: skip
 
 # the fast subset: OpInfos (by full name) reaching Core ATen ops, a few samples each, float32 and bfloat16

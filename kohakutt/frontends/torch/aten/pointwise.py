@@ -143,6 +143,19 @@ def _round(a: Args, outs: list[torch.Tensor]) -> None:
 _register("round", _round, ("round",))
 
 
+def _polygamma(a: Args, outs: list[torch.Tensor]) -> None:
+    """polygamma(n, x): digamma at n = 0 (PyTorch allows it), the IR's polygamma for n = 1..10 (digamma's gradient
+    is polygamma(1, x))."""
+    n = int(a.n)
+    if n == 0:
+        ir("digamma", [a.self], None, outs, a._index, _float(a.self.dtype))
+    else:
+        ir("polygamma", [a.self], {"n": n}, outs, a._index, _float(a.self.dtype))
+
+
+_register("polygamma", _polygamma, ("digamma", "polygamma"))
+
+
 # ------------------------------------------------------------------------------------------------------ binary
 def _other(a: Args) -> Any:
     """The second operand, whatever the schema calls it (``other``; pow's ``exponent``; heaviside's ``values``)."""
@@ -510,7 +523,7 @@ def _i0(a: Args, outs: list[torch.Tensor]) -> None:
         c *= (2 * k - 1) ** 2 / (8 * k)
         power = power * inv
         tail = tail + c * power
-    asymptotic = torch.exp(m) * torch.rsqrt(m * (2 * math.pi)) * tail
+    asymptotic = torch.exp(m) * (torch.rsqrt(m) * (1 / math.sqrt(2 * math.pi))) * tail  # m * 2 pi overflows at 3e38
     outs[0].copy_(torch.where(m < _I0_SWITCH, series, asymptotic))
 
 
@@ -545,9 +558,10 @@ def _glu_backward(a: Args, outs: list[torch.Tensor]) -> None:
 def _shrink(soft: bool) -> Callable[[Args], torch.Tensor]:
     def fn(a: Args) -> torch.Tensor:
         x, lam = a.self, _scalar(a.get("lambd", 0.5))
+        inside = (x >= -lam) & (x <= lam)  # PyTorch's test: NaN is outside, so it is kept
         if not soft:
-            return torch.where((x > lam) | (x < -lam), x, 0.0)
-        return torch.where(x > lam, x - lam, torch.where(x < -lam, x + lam, 0.0))
+            return torch.where(inside, 0.0, x)
+        return torch.where(inside, 0.0, torch.where(x > lam, x - lam, x + lam))
 
     return fn
 
@@ -555,7 +569,7 @@ def _shrink(soft: bool) -> Callable[[Args], torch.Tensor]:
 def _shrink_backward(a: Args) -> torch.Tensor:
     x, lam = a.self, _scalar(a.lambd)
     grad = a["grad_out"] if "grad_out" in a else a["grad_output"]  # hardshrink_backward names it grad_out
-    return torch.where((x > lam) | (x < -lam), grad, 0.0)
+    return torch.where((x >= -lam) & (x <= lam), 0.0, grad)
 
 
 computed("hardshrink", "hardshrink.out", ir=("gt", "lt", "where"))(_composite_unary(_shrink(False)))
@@ -605,7 +619,10 @@ _register("sgn", _sign, ("sign", "isnan", "where"))
 
 
 def _sinc(a: Args) -> torch.Tensor:
-    x = a.self.to(_float(a.self.dtype)) * math.pi
+    """sin(pi x) / (pi x), in float32 for 16-bit inputs (pi x rounded to bfloat16 is off by up to 2^-9 of x, so
+    sinc near an integer would be 1e-3 instead of 0), rounded once when stored, as PyTorch's CPU computes it."""
+    dt = torch.float32 if a.self.dtype in (torch.bfloat16, torch.float16) else _float(a.self.dtype)
+    x = a.self.to(dt) * math.pi
     return torch.where(x == 0, 1.0, torch.sin(x) / x)
 
 
