@@ -182,7 +182,7 @@ def spec_of(kernel: Any, program: str = "") -> KernelSpec:
         defines=tuple(sorted((str(k), str(v)) for k, v in kernel.defines.items())),
         compile_time_args=tuple(int(a) for a in kernel.compile_time_args),
         named_compile_time_args=tuple(sorted((str(k), int(v)) for k, v in named.items())),
-        math_fidelity=str(getattr(kernel.math_fidelity, "value", kernel.math_fidelity)),
+        math_fidelity=kernel.fidelity.name,
         fp32_dest_acc_en=bool(kernel.fp32_dest_acc_en),
         math_approx_mode=bool(kernel.math_approx_mode),
     )

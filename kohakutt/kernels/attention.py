@@ -596,10 +596,10 @@ def attention_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Nu
         bh, sq, skv, d, dv = q.shape[0] * q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]
     else:
         bh, sq, skv, d, dv = q.shape[1], q.shape[0], k.shape[0], q.shape[2], v.shape[2]
-    fid = int(default_fidelity(num, [q.dtype, k.dtype, v.dtype], default))
+    fid = default_fidelity(num, [q.dtype, k.dtype, v.dtype], default)
     pairs = bh * _visible_tiles(sq, skv, bool(attrs.get("is_causal")))
     dt, dvt = -(-d // 32), -(-dv // 32)
-    cycles = (dt + dvt) * card.matmul_tile_cycles[fid] + 4 * cost.SFPU_TILE_CYCLES
+    cycles = (dt + dvt) * cost.matmul_tile_cycles(card, fid) + 4 * cost.SFPU_TILE_CYCLES
     per_pair = dt * k.dtype.format.tile_bytes + dvt * v.dtype.format.tile_bytes
     if q.ndim == 4 and len(ins) > 3 and isinstance(ins[3], TensorSpec):
         per_pair += 4096  # an fp32 (own kernel) or bf16 + padding mask tile

@@ -510,7 +510,7 @@ def flash_attention_program(q_shape: Sequence[int], k_shape: Sequence[int], v_sh
     work = Work(dram_bytes=dram, matmul_tiles=pairs * (shape.dt + shape.dvt) + chunks + units,
                 fpu_tiles=pairs * 3 + masked + chunks * (2 + shape.dvt) + units * (shape.dvt + 3),
                 sfpu_tiles=pairs * 2 + chunks + units * 3)  # fmt: skip
-    fid = Fidelity[fidelity] if isinstance(fidelity, str) else Fidelity(fidelity)
+    fid = Fidelity.of(fidelity)
     return Program(
         "flash_attention",
         [

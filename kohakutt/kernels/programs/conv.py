@@ -265,7 +265,7 @@ def conv_spec(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping[str
     bias_fmt = None if bias_dtype is None else _row_major_format(bias_dtype, "bias")
     w_fmt = _weight_format(w_dtype)
     shape = _shape(g, fp32_acc, bias_dtype is not None, out_fmt is Format.BFLOAT16, w_fmt, w_resident)
-    fid = Fidelity[fidelity] if isinstance(fidelity, str) else Fidelity(fidelity)
+    fid = Fidelity.of(fidelity)
     return ConvSpec(shape, _row_major_format(x_dtype, "input"), w_fmt, bias_fmt, out_fmt, fid)
 
 
