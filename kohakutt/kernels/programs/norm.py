@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from kohakutt.hal import formats
+from kohakutt.hal import cardcore, formats
 from kohakutt.hal.card import P150A
 from kohakutt.hal.layout import TILE, Format
 from kohakutt.hal.program import (
@@ -395,39 +395,43 @@ def run_rowwise_program(
 
 
 # ------------------------------------------------------------------------------------------- the vectorized model
-def _mask(bits: int) -> int:
-    """The int32 mask keeping a float32's sign, exponent and top ``bits`` significant bits."""
-    m = (0xFFFFFFFF << (24 - bits)) & 0xFFFFFFFF
-    return m - (1 << 32) if m >= 1 << 31 else m
-
-
 def cut(t: torch.Tensor, bits: int) -> torch.Tensor:
     """float32 ``t`` truncated to ``bits`` significant bits (as the unpacker and the multiplier see it)."""
-    return (t.contiguous().view(torch.int32) & _mask(bits)).view(torch.float32)
+    return (t.contiguous().view(torch.int32) & cardcore.bits_mask(bits)).view(torch.float32)
 
 
 def cut_(t: torch.Tensor, bits: int) -> torch.Tensor:
     """:func:`cut` in place (``t`` contiguous float32); returns ``t``."""
-    t.view(torch.int32).bitwise_and_(_mask(bits))
+    t.view(torch.int32).bitwise_and_(cardcore.bits_mask(bits))
     return t
+
+
+def _part(t: torch.Tensor, operand: int, part: str) -> torch.Tensor:
+    """The card core's ``part`` of source-register values ``t`` as ``operand``, with an fp32 DST (a SrcB value is
+    whole as it is: its register keeps every TF32 bit)."""
+    if part == cardcore.LOW:
+        return _part(t, operand, cardcore.ALL) - cut(t, cardcore.slice_bits(operand, cardcore.HIGH))
+    if part == cardcore.ALL and operand == cardcore.SRCB:
+        return t
+    return cut(t, cardcore.slice_bits(operand, part))
 
 
 def fpu_mul_(a: torch.Tensor, b: torch.Tensor, fidelity: Fidelity) -> torch.Tensor:
     """:func:`fpu_mul` into ``a`` (contiguous float32, overwritten); returns the product."""
     if fidelity != Fidelity.HiFi4:
         return fpu_mul(a, b, fidelity)
-    return cut_(a, 10).mul_(b)
+    return cut_(a, cardcore.slice_bits(cardcore.SRCA, cardcore.ALL)).mul_(b)
 
 
 def fpu_mul(a: torch.Tensor, b: torch.Tensor, fidelity: Fidelity) -> torch.Tensor:
-    """``mul_tiles`` with an fp32 DST on TF32 source values: a in SrcA (10 bits used), b in SrcB (11), the fidelity's
-    passes summed; every partial sum is exact, so each form here is one exact product (or two summed)."""
-    if fidelity == Fidelity.HiFi4:
-        return cut(a, 10) * b
-    if fidelity == Fidelity.LoFi:
-        return cut(a, 5) * cut(b, 7)
-    a10, b7 = cut(a, 10), cut(b, 7)
-    return a10 * b7 if fidelity == Fidelity.HiFi2 else a10 * b7 + cut(a, 5) * (b - b7)
+    """``mul_tiles`` with an fp32 DST on TF32 source values, a in SrcA and b in SrcB: the card core's folded phases
+    (``cardcore.FOLDED_PHASES``), each one exact product, summed."""
+    out = None
+    for pa, pb in cardcore.FOLDED_PHASES[fidelity.phases]:
+        p = _part(a, cardcore.SRCA, pa) * _part(b, cardcore.SRCB, pb)
+        out = p if out is None else out + p
+    assert out is not None
+    return out
 
 
 def _store(t: torch.Tensor, fmt: Format) -> torch.Tensor:
@@ -444,7 +448,9 @@ def _row_mean(src: torch.Tensor, width: int, fidelity: Fidelity) -> torch.Tensor
     DST with one fp32 rounding), then ``* fp32(1/W)`` on the SFPU. ``src`` holds source-register values."""
     rows = src.shape[0]
     wt = max(1, -(-width // TILE))
-    srcb = src if fidelity >= Fidelity.HiFi3 else cut(src, 7)  # the data sits in SrcB, the ones in SrcA
+    srcb = src  # the data sits in SrcB, the ones in SrcA: phases that take only SrcB's high part keep just that
+    if all(pb == cardcore.HIGH for _, pb in cardcore.FOLDED_PHASES[fidelity.phases]):
+        srcb = cut(src, cardcore.slice_bits(cardcore.SRCB, cardcore.HIGH))
     if width % TILE:
         srcb = torch.nn.functional.pad(srcb, (0, wt * TILE - width))
     # exact per-tile sums (NumPy's float64 reduce converts on the fly, far faster than a float64 copy)
