@@ -5,6 +5,7 @@ Sources are in ``docs/concepts/cost-model.md`` (tt-metal's soc descriptors and t
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -33,7 +34,7 @@ class CardSpec:
     # wheel: NUM_CIRCULAR_BUFFERS is 32 only for Wormhole's device builds).
     num_cbs: int = 64
 
-    @property
+    @functools.cached_property
     def cores(self) -> int:
         return self.grid[0] * self.grid[1]
 

@@ -515,8 +515,11 @@ class Program:
     def check_room(self, card: CardSpec, buffers: Sequence[Buffer]) -> None:
         """Raise ProgramError unless the program's circular buffers fit the L1 that L1 buffers leave: what
         :meth:`validate` checks that can change between two runs of a program validated before."""
+        footprints = self._static_check(card)[1]
+        if not footprints or max(f[1] for f in footprints) <= card.l1_usable - _l1_buffer_bytes_per_core(card, buffers):
+            return
         problems: list[str] = []
-        self._check_l1_room(card, buffers, self._static_check(card)[1], problems)
+        self._check_l1_room(card, buffers, footprints, problems)
         if problems:
             raise ProgramError(f"program {self.name!r} breaks a rule: " + "; ".join(problems))
 

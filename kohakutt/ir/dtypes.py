@@ -46,9 +46,7 @@ class DType(StrEnum):
     def format(self) -> Format:
         """The buffer format values of this dtype are stored in (bool and int64 as raw bytes, float16 as its 16 bits:
         TT-NN's DataType has no float16)."""
-        if self is DType.FLOAT16:
-            return Format.UINT16
-        return Format.UINT8 if self in (DType.BOOL, DType.INT64) else Format(self.value)
+        return _FORMATS[self]
 
     @property
     def itemsize(self) -> int:
@@ -60,6 +58,8 @@ class DType(StrEnum):
         return np.dtype(_COMPUTE[self])
 
 
+_FORMATS = {d: Format.UINT16 if d is DType.FLOAT16 else Format.UINT8 if d in (DType.BOOL, DType.INT64)
+            else Format(d.value) for d in DType}  # fmt: skip
 _COMPUTE = {
     DType.FLOAT32: np.float32,
     DType.BFLOAT16: np.float32,

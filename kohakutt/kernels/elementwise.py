@@ -650,13 +650,26 @@ _register_ttnn("elu", lambda tt, i, a, n: tt.elu(i[0], alpha=a["alpha"]))
 _register_ttnn("celu", lambda tt, i, a, n: tt.celu(i[0], alpha=a["alpha"]))
 _register_ttnn("softplus", lambda tt, i, a, n: tt.softplus(i[0], beta=a["beta"], threshold=a["threshold"]))
 _register_ttnn("hardtanh", lambda tt, i, a, n: tt.hardtanh(i[0], min_val=a["min_val"], max_val=a["max_val"]))
-_register_ttnn("threshold", lambda tt, i, a, n: tt.threshold(i[0], a["threshold"], a["value"]))
+def _tt_threshold(tt: Any, i: list[Any], a: dict[str, Any], n: Numerics) -> Any:
+    x = i[0]
+    if _is_float(tt, x):
+        return tt.threshold(x, a["threshold"], a["value"])
+    return tt.where(tt.gt(x, a["threshold"]), x, a["value"])  # TT-NN's threshold takes no integers
+
+
+_register_ttnn("threshold", _tt_threshold)
 _register_ttnn("round", lambda tt, i, a, n: tt.round(i[0], decimals=a["decimals"]))
 _register_ttnn("clamp", lambda tt, i, a, n: tt.clamp(i[0], min=a["min"], max=a["max"]))
 
 
+def _is_float(tt: Any, x: Any) -> bool:
+    return x.dtype in (tt.bfloat16, tt.float32, tt.bfloat8_b, tt.bfloat4_b)
+
+
 def _tt_nan_to_num(tt: Any, i: list[Any], a: dict[str, Any], n: Numerics) -> Any:
     x = i[0]
+    if not _is_float(tt, x):
+        return tt.clone(x)  # integers hold no nan or inf (and TT-NN's isnan takes none)
     big = 3.3895313892515355e38 if x.dtype == tt.bfloat16 else float(np.finfo(np.float32).max)
     y = tt.where(tt.isnan(x), a["nan"], x)
     y = tt.where(tt.isposinf(x), _bound(a["posinf"], big), y)
@@ -718,6 +731,8 @@ _register_ttnn(
 def _tt_fmax_fmin(tt: Any, i: list[Any], a: dict[str, Any], n: Numerics, *, fmax: bool) -> Any:
     x, y = _tensor(tt, i[0], _like(i)), _tensor(tt, i[1], _like(i))
     m = (tt.maximum if fmax else tt.minimum)(x, y)
+    if not _is_float(tt, x):
+        return m  # integers hold no nan (and TT-NN's isnan takes none)
     return tt.where(tt.isnan(x), y, tt.where(tt.isnan(y), x, m))
 
 

@@ -892,6 +892,12 @@ def tt_sort(tt, inputs, attrs, numerics, out_specs):
 @ttnn("topk")
 def tt_topk(tt, inputs, attrs, numerics, out_specs):
     x = inputs[0]
+    if x.dtype not in (tt.bfloat16, tt.float32, tt.bfloat8_b):  # float32 holds no int32 exactly above 2^24
+        raise KohakuTTUnsupportedOperator(f"topk: TT-NN's topk takes bfloat16 / bfloat8_b / float32 values, "
+                                          f"not {x.dtype}")  # fmt: skip
+    shape = tuple(x.shape)
+    if not shape:  # a scalar is its own top value, at index 0 (TT-NN's topk takes rank >= 1)
+        x = tt.reshape(x, [1])
     d = norm_dim(attrs["dim"], len(x.shape), "topk")
     vals, order = tt.topk(
         tt.to_layout(x, tt.TILE_LAYOUT),
@@ -900,6 +906,8 @@ def tt_topk(tt, inputs, attrs, numerics, out_specs):
         largest=bool(attrs["largest"]),
         sorted=bool(attrs["sorted"]),
     )
+    if not shape:
+        vals, order = tt.reshape(vals, []), tt.reshape(order, [])
     return [tt_finish(tt, vals, out_specs[0]), tt_finish(tt, order, out_specs[1])]
 
 

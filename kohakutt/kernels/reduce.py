@@ -798,9 +798,26 @@ ttnn("cumprod")(_ttnn_scan("cumprod"))
 @ttnn("vector_norm")
 def vector_norm_ttnn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list[TensorSpec]) -> Any:
     x = inputs[0]
+    if not tuple(x.shape):  # TT-NN's reductions take rank >= 1: a scalar is a one-value vector
+        x = ttnn_.reshape(x, [1])
     shape = tuple(x.shape)
-    dims = list(reduced_dims(shape, attrs["dims"]))
-    y = ttnn_.moreh_norm(
-        x, p=float(attrs["p"]), dim=dims, keepdim=True, compute_kernel_config=kernel_config(ttnn_, x, num)
-    )
+    p = float(attrs["p"])
+    if x.dtype == ttnn_.bfloat16:
+        dims = list(reduced_dims(shape, attrs["dims"]))
+        y = ttnn_.moreh_norm(x, p=p, dim=dims, keepdim=True, compute_kernel_config=kernel_config(ttnn_, x, num))
+        return _finish(ttnn_, y, out_specs[0])
+    # moreh_norm takes bfloat16 only: float32 as TT-NN's float32 reductions over |x| (its sums compensate)
+    dim_arg = _dims_arg(shape, attrs["dims"])
+    cfg = kernel_config(ttnn_, x, num)
+    a = ttnn_.abs(x)
+    if p in (math.inf, -math.inf):
+        y = (ttnn_.max if p > 0 else ttnn_.min)(a, dim=dim_arg, keepdim=True)
+    elif p == 0:
+        y = ttnn_.sum(ttnn_.typecast(ttnn_.ne(x, 0.0), ttnn_.float32), dim=dim_arg, keepdim=True)
+    elif p == 1:
+        y = ttnn_.sum(a, dim=dim_arg, keepdim=True, compute_kernel_config=cfg)
+    elif p == 2:
+        y = ttnn_.sqrt(ttnn_.sum(ttnn_.multiply(x, x), dim=dim_arg, keepdim=True, compute_kernel_config=cfg))
+    else:
+        y = ttnn_.pow(ttnn_.sum(ttnn_.pow(a, p), dim=dim_arg, keepdim=True, compute_kernel_config=cfg), 1.0 / p)
     return _finish(ttnn_, y, out_specs[0])

@@ -204,8 +204,12 @@ def _ttnn_backward(name: str):
         if y.dtype not in (ttnn_.bfloat16, ttnn_.bfloat8_b):
             raise KohakuTTUnsupportedOperator(f"{name}: TT-NN's softmax backward takes bfloat16 / bfloat8_b "
                                               f"outputs, not {y.dtype}")  # fmt: skip
-        dim = softmax_dim(tuple(y.shape), attrs["dim"])
-        return getattr(ttnn_, name)(y, grad, dim, compute_kernel_config=_config(ttnn_, y, num))
+        shape = tuple(y.shape)
+        if not shape:  # moreh's softmax backward takes rank >= 1: a scalar is a one-value row
+            y, grad = ttnn_.reshape(y, [1]), ttnn_.reshape(grad, [1])
+        dim = softmax_dim(shape, attrs["dim"]) if shape else 0
+        dx = getattr(ttnn_, name)(y, grad, dim, compute_kernel_config=_config(ttnn_, y, num))
+        return ttnn_.reshape(dx, []) if not shape else dx
 
     return fn
 

@@ -419,6 +419,10 @@ class FakeTTNN:
         first = ts[0] if name != "where" or len(ts) == 1 else ts[1]
         if name == "divide" and first.dtype in INTEGER and kwargs.get("rounding_mode") is None:
             dtype = dtype or DataType.FLOAT32
+        if name == "isclose" and first.dtype in INTEGER:  # TT-NN compares integers as float32
+            dtype = dtype or DataType.FLOAT32
+        if name == "where" and len(ts) == 1 and first.dtype in INTEGER:  # two scalar values: float32 out
+            dtype = dtype or DataType.FLOAT32
         return self._out(first, shape, dtype=dtype, layout=TILE_LAYOUT, memory_config=memory_config)
 
     def _backward(self, name: str, grad: FakeTensor, x: FakeTensor, *args: Any, **kwargs: Any) -> list[FakeTensor]:

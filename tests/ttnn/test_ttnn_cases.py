@@ -89,6 +89,9 @@ CASES["add, int64 and a number"] = ("add", lambda d: [i64(d, (3, 37)), 5], {}, {
 CASES["add, int64 and int32"] = ("add", lambda d: [i64(d, (3, 37)), t(d, (3, 37), "int32", low=-99, high=99)], {}, {})
 CASES["sum, int64"] = ("sum", lambda d: [i64(d, (3, 37))], {"dims": 1}, {})
 CASES["cumsum, int64"] = ("cumsum", lambda d: [i64(d, (3, 37))], {"dim": 1}, {})
+for _p in (float("inf"), float("-inf"), 0.0, 1.0, 3.0):  # float32 norms (moreh_norm takes bfloat16 only)
+    CASES[f"vector_norm, float32, p={_p}"] = ("vector_norm", lambda d: [t(d, (3, 37), "float32")], {"p": _p, "dims": 1},
+                                              {})  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(CASES))
