@@ -374,7 +374,11 @@ def ttnn_supports(g: ConvGeometry) -> str | None:
     return None
 
 
-@sim("conv", provider="ttnn", estimate=estimate_conv_ttnn)
+def _ttnn_conv_supports(specs: list, attrs: dict) -> str | None:
+    return ttnn_supports(conv_geometry(specs[0].shape, specs[1].shape, attrs))
+
+
+@sim("conv", provider="ttnn", estimate=estimate_conv_ttnn, supports=_ttnn_conv_supports)
 def conv_ttnn_model(call: SimCall) -> np.ndarray:
     why = ttnn_supports(conv_geometry(call.inputs[0].shape, call.inputs[1].shape, call.attrs))
     if why:
@@ -492,7 +496,7 @@ def _host_weights(tt: Any, w: Any) -> Any:
     return tt.from_device(w)
 
 
-@ttnn("conv")
+@ttnn("conv", supports=_ttnn_conv_supports)
 def conv_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
     x, w = inputs[0], inputs[1]
     g = conv_geometry(tuple(x.shape), tuple(w.shape), attrs)

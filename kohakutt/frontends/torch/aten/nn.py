@@ -26,17 +26,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from kohakutt import kernels as kk
 from kohakutt.errors import DtypeError, KohakuTTUnsupportedOperator
 from kohakutt.frontends.torch import precision, runtime, tensors
-from kohakutt.frontends.torch.aten.registry import Args, _same_device_error, computed, kernel
-from kohakutt.frontends.torch.tensors import FROM_IR
-from kohakutt.ir import ops as irops
+from kohakutt.frontends.torch.aten.registry import Args, _same_device_error, computed, ir_tensors, kernel
 from kohakutt.ir.defs.conv import CONV_ATTRS, conv_geometry
-from kohakutt.ir.dtypes import DType
-from kohakutt.ir.ops import ScalarSpec, Spec, TensorSpec
-from kohakutt.kernels import registry as kreg
-from kohakutt.kernels.conv import ttnn_supports
 
 aten = torch.ops.aten
 MEAN, SUM = 1, 2  # aten's reduction enum: 0 none, 1 mean, 2 sum
@@ -60,15 +53,6 @@ class Card:
             raise _same_device_error(devs | {"tt:0"} if not tt else devs)
         return cls(int(tt[0].partition(":")[2] or 0))
 
-    def operand(self, x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            if x.device.type == "tt":
-                return tensors.to_device_tensor(x)
-            if x.dim() == 0:
-                return x.item()
-            raise _same_device_error({f"tt:{self.index}", str(x.device)})
-        return x
-
     def __call__(
         self,
         op: str,
@@ -77,25 +61,7 @@ class Card:
         provider: str | None = None,
         **attrs: Any,
     ) -> list[torch.Tensor]:
-        ops = [self.operand(x) for x in inputs]
-        if out is None:
-            d = irops.get(op)
-            specs = d.infer([_spec(o) for o in ops], d.bind_attrs(attrs))
-            out = [tensors.new(s.shape, None, _torch_dtype(s.dtype), self.index) for s in specs]
-        out = list(out)
-        if all(o.numel() == 0 for o in out):
-            return out  # nothing to write
-        kk.run(
-            op,
-            ops,
-            attrs,
-            out=[tensors.to_device_tensor(o) for o in out],
-            device=self.dev,
-            stream=runtime.current_stream(self.index),
-            provider=provider,
-            defaults=precision.defaults(),
-        )
-        return out
+        return ir_tensors(op, inputs, attrs, out, self.index, provider)
 
     def one(self, op: str, *inputs: Any, **kw: Any) -> torch.Tensor:
         return self(op, *inputs, **kw)[0]
@@ -105,19 +71,6 @@ class Card:
 
     def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
         return tensors.new(shape, None, dtype, self.index)
-
-    def own_kernel(self, op: str) -> str | None:
-        """Provider "ktt" when Kohaku-TT's kernel exists for ``op`` (for cases TT-NN's kernels cannot run)."""
-        return "ktt" if "ktt" in kreg.providers(op, self.dev.backend.name) else None
-
-
-def _spec(x: Any) -> Spec:
-    spec = getattr(x, "spec", None)  # a device tensor, or a mesh tensor (kohakutt.mesh)
-    return spec if isinstance(spec, TensorSpec) else ScalarSpec(x)
-
-
-def _torch_dtype(dt: DType) -> torch.dtype:
-    return FROM_IR.get(dt, torch.bfloat16 if dt.is_float else torch.int32)
 
 
 def _ints(v: Any, d: int, default: Sequence[int] | None = None) -> tuple[int, ...] | None:
@@ -191,8 +144,7 @@ def convolution(
     attrs = _conv_attrs(stride, padding, dilation, transposed, output_padding, groups, weight.dim() - 2)
     g = conv_geometry(tuple(input.shape), tuple(weight.shape), attrs, "convolution")
     out = tensors.new(g.out_shape, _conv_layout(input, weight, g.out_shape), input.dtype, card.index)
-    provider = card.own_kernel("conv") if ttnn_supports(g) else None  # e.g. transposed 3-d: Kohaku-TT's kernel
-    card("conv", input, weight, *([bias] if bias is not None else []), out=[out], provider=provider, **attrs)
+    card("conv", input, weight, *([bias] if bias is not None else []), out=[out], **attrs)
     return out
 
 
@@ -237,14 +189,10 @@ def _window(a: Args, d: int, dilation: bool = True) -> dict[str, Any]:
     return attrs
 
 
-def _pool_provider(card: Card, op: str, d: int, adaptive_indices: bool = False) -> str | None:
-    return card.own_kernel(op) if d == 3 or adaptive_indices else None  # TT-NN pools 1-d / 2-d windows only
-
-
 def _max_pool(d: int):
     def impl(a: Args, outs: list[torch.Tensor]) -> None:
         card = Card(a._index)
-        card("max_pool", a.self, out=outs, provider=_pool_provider(card, "max_pool", d), **_window(a, d),
+        card("max_pool", a.self, out=outs, **_window(a, d),
              return_indices=True)  # fmt: skip
 
     return impl
@@ -268,7 +216,7 @@ def _avg_attrs(a: Args, d: int) -> dict[str, Any]:
 def _avg_pool(d: int):
     def impl(a: Args, outs: list[torch.Tensor]) -> None:
         card = Card(a._index)
-        card("avg_pool", a.self, out=outs, provider=_pool_provider(card, "avg_pool", d), **_avg_attrs(a, d))
+        card("avg_pool", a.self, out=outs, **_avg_attrs(a, d))
 
     return impl
 
@@ -284,7 +232,7 @@ def _adaptive_avg(d: int):
     def impl(a: Args, outs: list[torch.Tensor]) -> None:
         card = Card(a._index)
         size = tuple(int(s) for s in a.output_size)
-        card("adaptive_avg_pool", a.self, out=outs, provider=_pool_provider(card, "adaptive_avg_pool", d),
+        card("adaptive_avg_pool", a.self, out=outs,
              output_size=size)  # fmt: skip
 
     return impl
@@ -302,7 +250,7 @@ def _adaptive_max(d: int):
     def impl(a: Args, outs: list[torch.Tensor]) -> None:
         card = Card(a._index)
         size = tuple(int(s) for s in a.output_size)
-        card("adaptive_max_pool", a.self, out=outs, provider=_pool_provider(card, "adaptive_max_pool", d, True),
+        card("adaptive_max_pool", a.self, out=outs,
              output_size=size, return_indices=True)  # fmt: skip
 
     return impl
@@ -344,8 +292,7 @@ def _embedding(a: Args, outs: list[torch.Tensor]) -> None:
 def _embedding_backward(a: Args, outs: list[torch.Tensor]) -> None:
     card = Card(a._index)
     pad = int(a.padding_idx)
-    provider = card.own_kernel("embedding_backward") if a.scale_grad_by_freq else None  # TT-NN's has no scaling
-    card("embedding_backward", a.grad_output, a.indices, out=outs, provider=provider, num_weights=int(a.num_weights),
+    card("embedding_backward", a.grad_output, a.indices, out=outs, num_weights=int(a.num_weights),
          padding_idx=None if pad < 0 else pad, scale_grad_by_freq=bool(a.scale_grad_by_freq))  # fmt: skip
 
 
