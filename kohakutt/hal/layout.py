@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from enum import StrEnum
 
+from kohakutt.enums import Choice
 from kohakutt.errors import FormatError
 
 TILE = 32
 FACE = 16
 
 
-class Format(StrEnum):
+class Format(Choice, error=FormatError, message="unknown format {value!r}; use one of {choices}"):
     """A buffer's data format, in TT-NN's names."""
 
     FLOAT32 = "float32"
@@ -23,15 +23,6 @@ class Format(StrEnum):
     UINT32 = "uint32"
     UINT16 = "uint16"
     UINT8 = "uint8"
-
-    @classmethod
-    def of(cls, value: Format | str) -> Format:
-        try:
-            return cls(value)
-        except ValueError:
-            raise FormatError(
-                f"unknown format {value!r}; use one of {', '.join(f.value for f in cls)}"
-            ) from None
 
     @property
     def is_block(self) -> bool:
@@ -60,28 +51,14 @@ _ITEMSIZE = {
 _TILE_BYTES = {f: TILE * TILE * s for f, s in _ITEMSIZE.items()} | {Format.BFLOAT8_B: 1088, Format.BFLOAT4_B: 576}
 
 
-class Layout(StrEnum):
+class Layout(Choice, error=FormatError, message="unknown layout {value!r}; use one of {choices}"):
     ROW_MAJOR = "row_major"
     TILE = "tile"
 
-    @classmethod
-    def of(cls, value: Layout | str) -> Layout:
-        try:
-            return cls(value)
-        except ValueError:
-            raise FormatError(f"unknown layout {value!r}; use 'row_major' or 'tile'") from None
 
-
-class MemoryKind(StrEnum):
+class MemoryKind(Choice, error=FormatError, message="unknown memory kind {value!r}; use one of {choices}"):
     DRAM = "dram"
     L1 = "l1"
-
-    @classmethod
-    def of(cls, value: MemoryKind | str) -> MemoryKind:
-        try:
-            return cls(value)
-        except ValueError:
-            raise FormatError(f"unknown memory kind {value!r}; use 'dram' or 'l1'") from None
 
 
 def padded_shape(shape: Sequence[int]) -> tuple[int, ...]:
