@@ -472,33 +472,24 @@ def native_batch_norm_legit_functional(
     return y, sm, si, rm, rv
 
 
-@kernel("_batch_norm_with_update", ir=("batch_norm",))
-def batch_norm_with_update(
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    running_mean: torch.Tensor,
-    running_var: torch.Tensor,
-    momentum: float,
-    eps: float,
-) -> tuple[torch.Tensor, ...]:
-    y, sm, si, _, _ = batch_norm_forward(input, weight, bias, running_mean, running_var, True, momentum, eps)
-    return y, sm, si, Card.of(input).empty((0,), torch.uint8)
+def _update_form(training_of: Callable[[Any], bool]) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """A (y, save_mean, save_invstd, reserve) overload of ``input, weight, bias, running_mean, running_var, momentum,
+    eps``; ``training_of(running_mean)`` says whether it normalizes with the batch's statistics."""
+
+    def form(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, running_mean: Any,
+             running_var: Any, momentum: float, eps: float) -> tuple[torch.Tensor, ...]:  # fmt: skip
+        training = training_of(running_mean)
+        y, sm, si, _, _ = batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)
+        return y, sm, si, Card.of(input).empty((0,), torch.uint8)
+
+    return form
 
 
-@kernel("_batch_norm_no_update", ir=("batch_norm",))
-def batch_norm_no_update(
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    running_mean: torch.Tensor | None,
-    running_var: torch.Tensor | None,
-    momentum: float,
-    eps: float,
-) -> tuple[torch.Tensor, ...]:
-    training = running_mean is None
-    y, sm, si, _, _ = batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)
-    return y, sm, si, Card.of(input).empty((0,), torch.uint8)
+for _name, _form in {
+    "_batch_norm_with_update": _update_form(lambda running_mean: True),
+    "_batch_norm_no_update": _update_form(lambda running_mean: running_mean is None),  # no running stats: batch's
+}.items():
+    kernel(_name, ir=("batch_norm",))(_form)
 
 
 def batch_norm_grad(
@@ -544,43 +535,26 @@ def _grad_input_strides(grad_out: torch.Tensor, input: torch.Tensor, train: bool
     return compute_elementwise_output_strides(grad_out, input) if train else tensors.preserved_strides(grad_out)
 
 
-@kernel("native_batch_norm_backward", ir=("batch_norm_backward",))
-def native_batch_norm_backward(
-    grad_out: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    running_mean: torch.Tensor | None,
-    running_var: torch.Tensor | None,
-    save_mean: torch.Tensor | None,
-    save_invstd: torch.Tensor | None,
-    train: bool,
-    eps: float,
-    output_mask: list[bool],
-) -> tuple[torch.Tensor | None, ...]:
-    return batch_norm_grad(
-        grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask
-    )
+def _backward_form(updating: bool) -> Callable[..., tuple[torch.Tensor | None, ...]]:
+    """A batch-norm backward overload: ``grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
+    train, eps, output_mask`` (native_batch_norm_backward), or with ``updating`` (batch_norm_backward) ``update`` in
+    place of ``train`` and a ``reserve`` after: _batch_norm_with_update's forward trained, _batch_norm_no_update's
+    normalized with batch statistics only when it had no running ones (its evaluation returns the running statistics
+    as save_mean / save_invstd, as on CUDA)."""
+
+    def form(grad_out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None, running_mean: Any,
+             running_var: Any, save_mean: Any, save_invstd: Any, train: bool, eps: float, output_mask: list[bool],
+             *reserve: Any) -> tuple[torch.Tensor | None, ...]:  # fmt: skip
+        if updating:
+            train = bool(train) or running_mean is None or running_var is None
+        return batch_norm_grad(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                               output_mask)  # fmt: skip
+
+    return form
 
 
-@kernel("batch_norm_backward", ir=("batch_norm_backward",))
-def batch_norm_backward(
-    grad_out: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    running_mean: torch.Tensor | None,
-    running_var: torch.Tensor | None,
-    save_mean: torch.Tensor | None,
-    save_var: torch.Tensor | None,
-    update: bool,
-    eps: float,
-    output_mask: list[bool],
-    reserve: torch.Tensor,
-) -> tuple[torch.Tensor | None, ...]:
-    # update: _batch_norm_with_update's; _batch_norm_no_update normalizes with batch statistics only when it has no
-    # running ones (its evaluation returns the running statistics as save_mean / save_invstd, as on CUDA)
-    train = bool(update) or running_mean is None or running_var is None
-    return batch_norm_grad(grad_out, input, weight, running_mean, running_var, save_mean, save_var, train, eps,
-                           output_mask)  # fmt: skip
+kernel("native_batch_norm_backward", ir=("batch_norm_backward",))(_backward_form(updating=False))
+kernel("batch_norm_backward", ir=("batch_norm_backward",))(_backward_form(updating=True))
 
 
 def _rms_norm_forward(

@@ -378,6 +378,43 @@ def _torch_dtype(dt: DType) -> torch.dtype:
     return tensors.FROM_IR.get(dt, torch.bfloat16 if dt.is_float else torch.int32)
 
 
+# ------------------------------------------------------------------------------------- helpers for the op modules
+def scratch(shape: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
+    """A new contiguous tt tensor for intermediate results (torch owns it: freed, stream-ordered, when dropped)."""
+    return tensors.new(list(shape), None, dtype, index)
+
+
+def as_dtype(x: Any, dtype: torch.dtype) -> Any:
+    """``x`` converted to ``dtype`` on its device (numbers and tensors already in ``dtype`` pass through)."""
+    return x.to(dtype) if isinstance(x, torch.Tensor) and x.dtype != dtype else x
+
+
+def index_of(*xs: Any) -> int:
+    """The chip the tt tensors among ``xs`` live on (the same-device error of PyTorch when they disagree)."""
+    found: set[str] = set()
+    to_meta(list(xs), found)
+    return device_index(found)
+
+
+def composite(*names: str, ir_ops: Sequence[str] = ()) -> Callable:
+    """:func:`computed` for an op written as other tt ops (marked "composite" in the kernel table)."""
+
+    def deco(impl: Callable[[Args, list[torch.Tensor]], None]) -> Callable:
+        computed(*names, ir=ir_ops)(impl)
+        for n in names:
+            KERNELS[n].kind = "composite"
+        return impl
+
+    return deco
+
+
+def release(index: int, *scratch: DeviceTensor) -> None:
+    """Free intermediate device tensors once the work queued so far (which reads them) is done."""
+    dev, stream = runtime.device(index), runtime.current_stream(index)
+    for t in scratch:
+        dev.free(t.buffer, stream)
+
+
 def wrap(t: DeviceTensor, index: int) -> torch.Tensor:
     """A new tt tensor holding a copy of device tensor ``t`` (for results the op library allocated)."""
     from kohakutt.frontends.torch.tensors import FROM_IR
