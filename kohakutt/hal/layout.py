@@ -5,11 +5,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from kohakutt.enums import Choice
 from kohakutt.errors import FormatError
 
 TILE = 32
 FACE = 16
+
+
+def face_index(r: int, c: int) -> int:
+    """Where element (r, c) of a 32 x 32 tile sits in its four 16 x 16 faces (F0 F1 / F2 F3, each row-major)."""
+    return ((r >> 4) * 2 + (c >> 4)) * FACE * FACE + (r & 15) * FACE + (c & 15)
+
+
+# TILE_FACE_INDEX[r, c] = face_index(r, c): a tile's faced words indexed by row and column
+TILE_FACE_INDEX = np.array([[face_index(r, c) for c in range(TILE)] for r in range(TILE)], dtype=np.int64)
 
 
 class Format(Choice, error=FormatError, message="unknown format {value!r}; use one of {choices}"):

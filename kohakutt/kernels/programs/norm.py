@@ -159,6 +159,19 @@ def _pack_to(c: Any, *cbs: int) -> None:
         c.cb_push_back(cb, 1)
 
 
+def _tile_pair(c: Any, op: str, a: int, b: int, *outs: int) -> None:
+    """One tile of ``a`` and of ``b`` through ``add_tiles`` / ``mul_tiles`` into DST 0, popped, packed to ``outs``."""
+    c.cb_wait_front(a, 1)
+    c.cb_wait_front(b, 1)
+    c.tile_regs_acquire()
+    getattr(c, f"{op}_tiles_init")(a, b)
+    getattr(c, f"{op}_tiles")(a, b, 0, 0, 0)
+    c.tile_regs_commit()
+    c.cb_pop_front(a, 1)
+    c.cb_pop_front(b, 1)
+    _pack_to(c, *outs)
+
+
 def _row_sum(c: Any, cb: int, wt_n: int, w_last: int) -> None:
     c.mm_init_short(cb, CB_ONES)
     for wt in range(wt_n):
@@ -177,15 +190,7 @@ def _compute(c: Any) -> None:
     for _ in range(rows):
         if fused:
             for _wt in range(wt_n):
-                c.cb_wait_front(CB_X, 1)
-                c.cb_wait_front(CB_RES, 1)
-                c.tile_regs_acquire()
-                c.add_tiles_init(CB_X, CB_RES)
-                c.add_tiles(CB_X, CB_RES, 0, 0, 0)
-                c.tile_regs_commit()
-                c.cb_pop_front(CB_X, 1)
-                c.cb_pop_front(CB_RES, 1)
-                _pack_to(c, CB_S, CB_S_OUT)
+                _tile_pair(c, "add", CB_X, CB_RES, CB_S, CB_S_OUT)
         c.cb_wait_front(cb_s, wt_n)
         if not rms:
             c.tile_regs_acquire()
@@ -238,26 +243,9 @@ def _compute(c: Any) -> None:
                 c.cb_pop_front(CB_D, 1)
             _pack_to(c, CB_T1 if gamma or beta else CB_Y)
             if gamma:
-                c.cb_wait_front(CB_T1, 1)
-                c.cb_wait_front(CB_GAMMA, 1)
-                c.tile_regs_acquire()
-                c.mul_tiles_init(CB_T1, CB_GAMMA)
-                c.mul_tiles(CB_T1, CB_GAMMA, 0, 0, 0)
-                c.tile_regs_commit()
-                c.cb_pop_front(CB_T1, 1)
-                c.cb_pop_front(CB_GAMMA, 1)
-                _pack_to(c, CB_T2 if beta else CB_Y)
+                _tile_pair(c, "mul", CB_T1, CB_GAMMA, CB_T2 if beta else CB_Y)
             if beta:
-                shifted = CB_T2 if gamma else CB_T1
-                c.cb_wait_front(shifted, 1)
-                c.cb_wait_front(CB_BETA, 1)
-                c.tile_regs_acquire()
-                c.add_tiles_init(shifted, CB_BETA)
-                c.add_tiles(shifted, CB_BETA, 0, 0, 0)
-                c.tile_regs_commit()
-                c.cb_pop_front(shifted, 1)
-                c.cb_pop_front(CB_BETA, 1)
-                _pack_to(c, CB_Y)
+                _tile_pair(c, "add", CB_T2 if gamma else CB_T1, CB_BETA, CB_Y)
         c.cb_pop_front(cb_s, wt_n)
         if not rms:
             c.cb_pop_front(CB_MEAN, 1)
