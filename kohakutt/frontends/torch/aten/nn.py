@@ -189,97 +189,55 @@ def _window(a: Args, d: int, dilation: bool = True) -> dict[str, Any]:
     return attrs
 
 
-def _max_pool(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        card = Card(a._index)
-        card("max_pool", a.self, out=outs, **_window(a, d),
-             return_indices=True)  # fmt: skip
-
-    return impl
-
-
-def _max_pool_backward(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        card = Card(a._index)
-        idx = card.cast(a.indices, torch.int32)
-        card("max_pool_backward", a.grad_output, a.self, idx, out=outs, **_window(a, d))
-
-    return impl
-
-
 def _avg_attrs(a: Args, d: int) -> dict[str, Any]:
     div = a.divisor_override
     return {**_window(a, d, dilation=False), "count_include_pad": bool(a.count_include_pad),
             "divisor_override": None if div is None else int(div)}  # fmt: skip
 
 
-def _avg_pool(d: int):
+def _indices(a: Args, card: Card) -> torch.Tensor:
+    return card.cast(a.indices, torch.int32)
+
+
+def _out_size(a: Args, d: int) -> dict[str, Any]:
+    return {"output_size": tuple(int(s) for s in a.output_size)}
+
+
+def _grad_size(a: Args, d: int) -> dict[str, Any]:
+    return {"output_size": tuple(a.grad_output.shape[-d:])}
+
+
+# aten name (``{d}`` the pooled dims), its out overload's suffix, the IR ops it queues, its operands (after the
+# input, or the output gradient and the input for a backward) and its attributes
+_POOLS: tuple[tuple[str, str, tuple[str, ...], Callable[..., list], Callable[[Args, int], dict]], ...] = (
+    ("max_pool{d}d_with_indices", "out", ("max_pool",), lambda a, c: [],
+     lambda a, d: {**_window(a, d), "return_indices": True}),
+    ("max_pool{d}d_with_indices_backward", "grad_input", ("max_pool_backward", "typecast"),
+     lambda a, c: [_indices(a, c)], _window),
+    ("avg_pool{d}d", "out", ("avg_pool",), lambda a, c: [], _avg_attrs),
+    ("avg_pool{d}d_backward", "grad_input", ("avg_pool_backward",), lambda a, c: [], _avg_attrs),
+    ("_adaptive_avg_pool{d}d", "out", ("adaptive_avg_pool",), lambda a, c: [], _out_size),
+    ("_adaptive_avg_pool{d}d_backward", "out", ("adaptive_avg_pool_backward",), lambda a, c: [], _grad_size),
+    ("adaptive_max_pool{d}d", "out", ("adaptive_max_pool",), lambda a, c: [],
+     lambda a, d: {**_out_size(a, d), "return_indices": True}),
+    ("adaptive_max_pool{d}d_backward", "grad_input", ("adaptive_max_pool_backward", "typecast"),
+     lambda a, c: [_indices(a, c)], _grad_size),
+)  # fmt: skip
+
+
+def _pool(op: str, operands: Callable[..., list], attrs: Callable[[Args, int], dict], d: int) -> Callable:
     def impl(a: Args, outs: list[torch.Tensor]) -> None:
         card = Card(a._index)
-        card("avg_pool", a.self, out=outs, **_avg_attrs(a, d))
-
-    return impl
-
-
-def _avg_pool_backward(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        Card(a._index)("avg_pool_backward", a.grad_output, a.self, out=outs, **_avg_attrs(a, d))
-
-    return impl
-
-
-def _adaptive_avg(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        card = Card(a._index)
-        size = tuple(int(s) for s in a.output_size)
-        card("adaptive_avg_pool", a.self, out=outs,
-             output_size=size)  # fmt: skip
-
-    return impl
-
-
-def _adaptive_avg_backward(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        size = tuple(a.grad_output.shape[-d:])
-        Card(a._index)("adaptive_avg_pool_backward", a.grad_output, a.self, out=outs, output_size=size)
-
-    return impl
-
-
-def _adaptive_max(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        card = Card(a._index)
-        size = tuple(int(s) for s in a.output_size)
-        card("adaptive_max_pool", a.self, out=outs,
-             output_size=size, return_indices=True)  # fmt: skip
-
-    return impl
-
-
-def _adaptive_max_backward(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        card = Card(a._index)
-        idx = card.cast(a.indices, torch.int32)
-        size = tuple(a.grad_output.shape[-d:])
-        card("adaptive_max_pool_backward", a.grad_output, a.self, idx, out=outs, output_size=size)
+        lead = [a.grad_output, a.self] if op.endswith("_backward") else [a.self]
+        card(op, *lead, *operands(a, card), out=outs, **attrs(a, d))
 
     return impl
 
 
 for _d in (2, 3):
-    computed(f"max_pool{_d}d_with_indices", f"max_pool{_d}d_with_indices.out", ir=("max_pool",))(_max_pool(_d))
-    computed(f"max_pool{_d}d_with_indices_backward", f"max_pool{_d}d_with_indices_backward.grad_input",
-             ir=("max_pool_backward", "typecast"))(_max_pool_backward(_d))  # fmt: skip
-    computed(f"avg_pool{_d}d", f"avg_pool{_d}d.out", ir=("avg_pool",))(_avg_pool(_d))
-    computed(f"avg_pool{_d}d_backward", f"avg_pool{_d}d_backward.grad_input", ir=("avg_pool_backward",))(
-        _avg_pool_backward(_d)
-    )
-    computed(f"_adaptive_avg_pool{_d}d", f"_adaptive_avg_pool{_d}d.out", ir=("adaptive_avg_pool",))(_adaptive_avg(_d))
-    computed(f"_adaptive_avg_pool{_d}d_backward", f"_adaptive_avg_pool{_d}d_backward.out",
-             ir=("adaptive_avg_pool_backward",))(_adaptive_avg_backward(_d))  # fmt: skip
-    computed(f"adaptive_max_pool{_d}d", f"adaptive_max_pool{_d}d.out", ir=("adaptive_max_pool",))(_adaptive_max(_d))
-    computed(f"adaptive_max_pool{_d}d_backward", f"adaptive_max_pool{_d}d_backward.grad_input",
-             ir=("adaptive_max_pool_backward", "typecast"))(_adaptive_max_backward(_d))  # fmt: skip
+    for _name, _suffix, _ir, _operands, _attrs in _POOLS:
+        _aten = _name.format(d=_d)
+        computed(_aten, f"{_aten}.{_suffix}", ir=_ir)(_pool(_ir[0], _operands, _attrs, _d))
 
 
 # -------------------------------------------------------------------------------------------------------- embedding
