@@ -127,7 +127,8 @@ def numerics(
     fp32_reduce: str | None = None,
 ) -> Iterator[Numerics]:
     """Ops queued inside take these settings; unset fields keep the enclosing scope's (else the frontend's setting,
-    else the op's default). ``fidelity`` / ``fp32_acc`` / ``approx``: the card's compute-kernel settings.
+    else the op's default). ``fidelity`` / ``fp32_acc`` / ``approx``: the card's compute-kernel settings
+    (``fidelity``: a :class:`Fidelity`, a name or TT-Metal's MathFidelity number, 0 LoFi, 2 HiFi2, 3 HiFi3, 4 HiFi4).
     ``fp32_matmul``: ``"highest"`` / ``"high"`` / ``"medium"`` for float32 matmul operands (over PyTorch's
     ``torch.set_float32_matmul_precision`` and tinygrad's ``ALLOW_TF32``); a split (``"highest"``) matmul always runs
     its bf16 parts at HiFi4 into an fp32 DST, so ``fidelity`` / ``fp32_acc`` shape only single-pass matmuls.
