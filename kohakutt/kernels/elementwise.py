@@ -519,7 +519,7 @@ TTNN_NAMES: tuple[str, ...] = (
     "logical_and", "logical_or", "logical_xor", "eq", "ne", "lt", "le", "gt", "ge", "isclose", "where", "addcmul",
     "addcdiv", "lerp", "rsub", "full_like", "full", "GetDefaultDevice", "TILE_LAYOUT", "typecast", "Tensor.dtype",
     "float32", "bfloat16", "bfloat8_b", "bfloat4_b", "int32", "uint32", "uint16", "uint8", "gelu_bw", "silu_bw",
-    "elu_bw", "leaky_relu_bw", "hardtanh_bw", "softplus_bw", "hardsigmoid_bw", "hardswish_bw",
+    "elu_bw", "leaky_relu_bw", "hardtanh_bw", "softplus_bw", "hardsigmoid_bw", "hardswish_bw", "clone",
 )
 # The keywords passed by name to each TT-NN callable.
 TTNN_SIGNATURES: dict[str, tuple[str, ...]] = {

@@ -254,11 +254,14 @@ def _custom(dev: Any) -> list[tuple[str, Program, list]]:
     from kohakutt.kernels.tensor import empty
 
     examples = Path(__file__).resolve().parents[2] / "examples" / "kernels"
-    spec = importlib.util.spec_from_file_location("ktt_gated_gelu_example", examples / "python" / "gated_gelu_op.py")
     if "torch" not in sys.modules:  # the example registers a torch op at import: it is imported here with torch
         import torch  # noqa: F401
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = sys.modules.get("gated_gelu_op")  # imported by name already (the torch tests do): an op is defined once
+    if mod is None:
+        spec = importlib.util.spec_from_file_location("gated_gelu_op", examples / "python" / "gated_gelu_op.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        sys.modules["gated_gelu_op"] = mod
     a = kk.from_numpy(dev, np.zeros((64, 96), np.float32), "bfloat16", "tile")
     b = kk.from_numpy(dev, np.zeros((64, 96), np.float32), "bfloat16", "tile")
     out = empty(dev, a.spec)
