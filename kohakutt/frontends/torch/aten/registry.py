@@ -357,7 +357,11 @@ def ir(
 
 
 def ir_tensors(
-    op: str, inputs: Sequence[Any], attrs: dict[str, Any] | None, outs: Sequence[torch.Tensor] | None, index: int,
+    op: str,
+    inputs: Sequence[Any],
+    attrs: dict[str, Any] | None,
+    outs: Sequence[torch.Tensor] | None,
+    index: int,
     provider: str | None = None,
 ) -> list[torch.Tensor]:
     """:func:`ir` with its results as tt tensors: ``outs``, or new ones of the shapes and dtypes the op infers."""
