@@ -9,6 +9,8 @@ functions, the programs' Python twins call them through this module, and the op 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import numpy.typing as npt
 
@@ -18,6 +20,16 @@ from kohakutt.hal import _native
 TILE = 32
 SRCA, SRCB = 0, 1  # the FPU's source registers: element-wise in0 and matmul in1 go to SrcA
 PHASE_ALL = -1  # fidelity_slice: every bit any phase multiplies
+ALL, HIGH, LOW = "all", "high", "low"  # the parts of a source-register value the phases multiply
+# The fidelity phases folded into as few exact products as possible, (SrcA part, SrcB part) each: phase p multiplies
+# SrcA's slice p & 1 by SrcB's slice p >> 1, so phases 0-1 take SrcB's high part times all of SrcA, phase 2 SrcB's
+# low part times SrcA's high part, and all four multiply the whole values (1 LoFi .. 4 HiFi4).
+FOLDED_PHASES: dict[int, tuple[tuple[str, str], ...]] = {
+    1: ((HIGH, HIGH),),
+    2: ((ALL, HIGH),),
+    3: ((ALL, HIGH), (HIGH, LOW)),
+    4: ((ALL, ALL),),
+}
 
 # SFPU op names -> the C core's op codes (ktt_runtime.h, enum ktt_sfpu_op).
 SFPU_OPS = {
@@ -53,6 +65,36 @@ def fidelity_slice(x: npt.ArrayLike, operand: int, phase: int, fp32_acc: bool) -
     out = np.empty_like(a)
     _native.lib().lib.ktt_fidelity_slice(_ptr(a), _ptr(out, True), a.size, int(operand), int(phase), int(fp32_acc))
     return out
+
+
+@functools.cache
+def slice_bits(operand: int, part: str, fp32_acc: bool = True) -> int:
+    """Significant bits (implicit one included) of ``operand``'s whole source-register value (ALL) or of the high
+    slice the first phases multiply (HIGH), as the C core defines them."""
+    if part not in (ALL, HIGH):
+        raise ValueError(f"slice_bits: part is ALL or HIGH, not {part!r} (LOW is ALL less HIGH)")
+    return int(_native.lib().lib.ktt_slice_bits(int(operand), int(part == HIGH), int(fp32_acc)))
+
+
+def bits_mask(bits: int) -> int:
+    """The int32 mask (signed, for NumPy and torch int32 views) keeping a float32's top ``bits`` significant bits."""
+    m = (0xFFFFFFFF << (24 - bits)) & 0xFFFFFFFF
+    return m - (1 << 32) if m >= 1 << 31 else m
+
+
+def slice_mask(operand: int, part: str, fp32_acc: bool = True) -> int:
+    """:func:`bits_mask` of :func:`slice_bits`: what a vectorized model ANDs a float32's bits with."""
+    return bits_mask(slice_bits(operand, part, fp32_acc))
+
+
+def part_slice(x: npt.ArrayLike, operand: int, part: str, fp32_acc: bool, first: bool = True) -> np.ndarray:
+    """:func:`fidelity_slice` by part: ALL (every bit), HIGH (the top slice) or LOW (the rest). Inf and NaN stay only
+    in the ``first`` of the :data:`FOLDED_PHASES` products (phase 0's); a later product's parts hold 0 there."""
+    if part == ALL:
+        return fidelity_slice(x, operand, PHASE_ALL, fp32_acc)
+    later = 2 if operand == SRCA else 1  # a phase past 0 that takes the same slice
+    phase = (0 if first else later) if part == HIGH else (1 if operand == SRCA else 2)
+    return fidelity_slice(x, operand, phase, fp32_acc)
 
 
 def fpu_mul(srca: npt.ArrayLike, srcb: npt.ArrayLike, phases: int, fp32_acc: bool) -> np.ndarray:
@@ -98,5 +140,6 @@ def sfpu(op: str, x: npt.ArrayLike, approx: bool = False, param: float = 0.0) ->
     return out
 
 
-__all__ = ["APPROX_SFPU_OPS", "PHASE_ALL", "SFPU_OPS", "SRCA", "SRCB", "fidelity_slice", "fpu_mul", "matmul_tile",
-           "reduce_tile", "sfpu", "source_register"]  # fmt: skip
+__all__ = ["ALL", "APPROX_SFPU_OPS", "FOLDED_PHASES", "HIGH", "LOW", "PHASE_ALL", "SFPU_OPS", "SRCA", "SRCB",
+           "bits_mask", "fidelity_slice", "fpu_mul", "matmul_tile", "part_slice", "reduce_tile", "sfpu",
+           "slice_bits", "slice_mask", "source_register"]  # fmt: skip

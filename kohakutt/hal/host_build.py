@@ -28,6 +28,7 @@ from kohakutt import config
 from kohakutt import native as builder
 from kohakutt.errors import ProgramError
 from kohakutt.hal import _native
+from kohakutt.hal.program import MathFidelity
 
 API_DIR = _native.NATIVE_DIR / "kernel_api"
 INCLUDE_DIR = API_DIR / "include"
@@ -43,7 +44,6 @@ KIND_DEFINES = {
     "writer": ("KERNEL_BUILD", "COMPILE_FOR_BRISC", "NOC_INDEX=0"),
     "compute": ("KERNEL_BUILD", "COMPILE_FOR_TRISC", "NOC_INDEX=0"),
 }
-FIDELITY_CODES = {"LoFi": 0, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}  # MATH_FIDELITY as the JIT defines it
 
 
 class KernelBuildError(ProgramError):
@@ -182,7 +182,7 @@ def spec_of(kernel: Any, program: str = "") -> KernelSpec:
         defines=tuple(sorted((str(k), str(v)) for k, v in kernel.defines.items())),
         compile_time_args=tuple(int(a) for a in kernel.compile_time_args),
         named_compile_time_args=tuple(sorted((str(k), int(v)) for k, v in named.items())),
-        math_fidelity=str(getattr(kernel.math_fidelity, "value", kernel.math_fidelity)),
+        math_fidelity=kernel.fidelity.name,
         fp32_dest_acc_en=bool(kernel.fp32_dest_acc_en),
         math_approx_mode=bool(kernel.math_approx_mode),
     )
@@ -207,7 +207,7 @@ def _command_defines(spec: KernelSpec) -> list[str]:
         out.append(f"-DKERNEL_COMPILE_TIME_ARG_MAP={named}")
     if spec.kind == "compute":
         out += [
-            f"-DKTT_MATH_FIDELITY={FIDELITY_CODES[spec.math_fidelity]}",
+            f"-DKTT_MATH_FIDELITY={int(MathFidelity[spec.math_fidelity])}",  # as the JIT defines it
             f"-DKTT_DST_ACCUM_MODE={int(spec.fp32_dest_acc_en)}",
             f"-DKTT_APPROX={int(spec.math_approx_mode)}",
         ]

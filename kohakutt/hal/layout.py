@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from enum import StrEnum
 
+import numpy as np
+
+from kohakutt.enums import Choice
 from kohakutt.errors import FormatError
 
 TILE = 32
 FACE = 16
 
 
-class Format(StrEnum):
+def face_index(r: int, c: int) -> int:
+    """Where element (r, c) of a 32 x 32 tile sits in its four 16 x 16 faces (F0 F1 / F2 F3, each row-major)."""
+    return ((r >> 4) * 2 + (c >> 4)) * FACE * FACE + (r & 15) * FACE + (c & 15)
+
+
+# TILE_FACE_INDEX[r, c] = face_index(r, c): a tile's faced words indexed by row and column
+TILE_FACE_INDEX = np.array([[face_index(r, c) for c in range(TILE)] for r in range(TILE)], dtype=np.int64)
+
+
+class Format(Choice, error=FormatError, message="unknown format {value!r}; use one of {choices}"):
     """A buffer's data format, in TT-NN's names."""
 
     FLOAT32 = "float32"
@@ -23,15 +34,6 @@ class Format(StrEnum):
     UINT32 = "uint32"
     UINT16 = "uint16"
     UINT8 = "uint8"
-
-    @classmethod
-    def of(cls, value: Format | str) -> Format:
-        try:
-            return cls(value)
-        except ValueError:
-            raise FormatError(
-                f"unknown format {value!r}; use one of {', '.join(f.value for f in cls)}"
-            ) from None
 
     @property
     def is_block(self) -> bool:
@@ -60,28 +62,14 @@ _ITEMSIZE = {
 _TILE_BYTES = {f: TILE * TILE * s for f, s in _ITEMSIZE.items()} | {Format.BFLOAT8_B: 1088, Format.BFLOAT4_B: 576}
 
 
-class Layout(StrEnum):
+class Layout(Choice, error=FormatError, message="unknown layout {value!r}; use one of {choices}"):
     ROW_MAJOR = "row_major"
     TILE = "tile"
 
-    @classmethod
-    def of(cls, value: Layout | str) -> Layout:
-        try:
-            return cls(value)
-        except ValueError:
-            raise FormatError(f"unknown layout {value!r}; use 'row_major' or 'tile'") from None
 
-
-class MemoryKind(StrEnum):
+class MemoryKind(Choice, error=FormatError, message="unknown memory kind {value!r}; use one of {choices}"):
     DRAM = "dram"
     L1 = "l1"
-
-    @classmethod
-    def of(cls, value: MemoryKind | str) -> MemoryKind:
-        try:
-            return cls(value)
-        except ValueError:
-            raise FormatError(f"unknown memory kind {value!r}; use 'dram' or 'l1'") from None
 
 
 def padded_shape(shape: Sequence[int]) -> tuple[int, ...]:

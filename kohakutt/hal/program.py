@@ -14,11 +14,12 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import IntEnum
+from numbers import Integral
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from kohakutt.errors import ProgramError
+from kohakutt.errors import ConfigError, ProgramError
 from kohakutt.hal.allocator import align_up
 from kohakutt.hal.card import CardSpec
 from kohakutt.hal.layout import Format
@@ -42,24 +43,37 @@ FPU_TILE_CYCLES = 16  # one element-wise FPU op on a 32 x 32 tile (one LoFi pass
 SFPU_TILE_CYCLES = 32  # one simple SFPU op on a tile (32 lanes, 8 rows x 4 faces)
 
 
-class MathFidelity(StrEnum):
-    """How many multiplier passes the FPU makes (notes/blackhole.md, "Math fidelity")."""
+class MathFidelity(IntEnum):
+    """Math fidelity: how many multiplier passes (phases) a matmul or FPU multiply takes (notes/blackhole.md, "Math
+    fidelity"). The values are TT-Metal's ``MathFidelity`` (LoFi 0, HiFi2 2, HiFi3 3, HiFi4 4). The one fidelity enum:
+    ``kohakutt.Fidelity``, ``kohakutt.numerics(fidelity=)``, programs and the tinygrad frontend all take it."""
 
-    LoFi = "LoFi"
-    HiFi2 = "HiFi2"
-    HiFi3 = "HiFi3"
-    HiFi4 = "HiFi4"
-
-    @classmethod
-    def of(cls, value: MathFidelity | str) -> MathFidelity:
-        try:
-            return cls(value)
-        except ValueError:
-            raise ProgramError(f"unknown math fidelity {value!r}; use LoFi, HiFi2, HiFi3 or HiFi4") from None
+    LoFi = 0
+    HiFi2 = 2
+    HiFi3 = 3
+    HiFi4 = 4
 
     @property
     def phases(self) -> int:
-        return ("LoFi", "HiFi2", "HiFi3", "HiFi4").index(self.value) + 1
+        return max(1, int(self))
+
+    @classmethod
+    def of(cls, value: Any, error: type[Exception] = ConfigError) -> MathFidelity:
+        """A fidelity from a member of this or any enum with the same names (TT-NN's ``MathFidelity``), a name
+        (``"HiFi2"``, case-insensitive) or TT-Metal's number (0, 2, 3, 4); anything else raises ``error``."""
+        if isinstance(value, cls):
+            return value
+        name = value if isinstance(value, str) else getattr(value, "name", None)
+        if isinstance(name, str):
+            for f in cls:
+                if f.name.lower() == name.strip().lower():
+                    return f
+        elif isinstance(value, Integral) and not isinstance(value, bool) and int(value) in cls._value2member_map_:
+            return cls(int(value))
+        raise error(
+            f"unknown math fidelity {value!r}: use LoFi, HiFi2, HiFi3 or HiFi4 (a name or kohakutt.Fidelity), or "
+            "TT-Metal's MathFidelity numbers 0 (LoFi), 2 (HiFi2), 3 (HiFi3), 4 (HiFi4)"
+        )
 
 
 # --------------------------------------------------------------------------------------------------------- cores
@@ -224,7 +238,7 @@ class Kernel:
     defines: Mapping[str, str] = field(default_factory=dict)
     common_runtime_args: Sequence[int] = ()
     name: str = ""
-    math_fidelity: MathFidelity | str = MathFidelity.HiFi4
+    math_fidelity: MathFidelity | str | int = MathFidelity.HiFi4
     fp32_dest_acc_en: bool = False
     math_approx_mode: bool = False
     dst_full_sync_en: bool = False
@@ -242,7 +256,7 @@ class Kernel:
         self.kind = kind
         self.name = self.name or kind
         self.core_ranges = CoreRangeSet.of(self.core_ranges)
-        self.math_fidelity = MathFidelity.of(self.math_fidelity)
+        self.math_fidelity = MathFidelity.of(self.math_fidelity, ProgramError)
         self.compile_time_args = tuple(int(a) for a in self.compile_time_args)
         self.common_runtime_args = tuple(int(a) for a in self.common_runtime_args)
         self.defines = dict(self.defines)
@@ -253,7 +267,7 @@ class Kernel:
 
     @property
     def fidelity(self) -> MathFidelity:
-        return MathFidelity.of(self.math_fidelity)
+        return MathFidelity.of(self.math_fidelity, ProgramError)
 
     @property
     def processor(self) -> str:

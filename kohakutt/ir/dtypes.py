@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import math
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
+from kohakutt.enums import Choice
 from kohakutt.errors import DtypeError, IntegerOverflowError
 from kohakutt.hal.layout import Format
 
 
-class DType(StrEnum):
+class DType(Choice, error=DtypeError, message="the card has no dtype {value!r}; device tensors hold {choices}"):
     FLOAT32 = "float32"
     BFLOAT16 = "bfloat16"
     FLOAT16 = "float16"  # IEEE half, 2 bytes, row major only: computed in float32, rounded to half when stored
@@ -24,15 +24,6 @@ class DType(StrEnum):
     UINT16 = "uint16"
     UINT8 = "uint8"
     BOOL = "bool"
-
-    @classmethod
-    def of(cls, value: DType | str) -> DType:
-        try:
-            return cls(value)
-        except ValueError:
-            raise DtypeError(
-                f"the card has no dtype {value!r}; device tensors hold {', '.join(d.value for d in cls)}"
-            ) from None
 
     @property
     def is_float(self) -> bool:

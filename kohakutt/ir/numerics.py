@@ -21,43 +21,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from enum import IntEnum
-from numbers import Integral
 from typing import Any
 
 from kohakutt.errors import ConfigError
+from kohakutt.hal.program import MathFidelity
 
-
-class Fidelity(IntEnum):
-    """Math fidelity: how many multiplier passes (phases) a matmul or FPU multiply takes (more passes, more product
-    bits). The value is ``phases - 1``. The one fidelity enum above the HAL (``kohakutt.kernels.cardmath`` uses it)."""
-
-    LoFi = 0
-    HiFi2 = 1
-    HiFi3 = 2
-    HiFi4 = 3
-
-    @property
-    def phases(self) -> int:
-        return int(self) + 1
-
-    @classmethod
-    def of(cls, value: Any) -> Fidelity:
-        """A Fidelity from a member of this or any enum with the same names (TT-NN's ``MathFidelity``, the HAL's), a
-        name (``"HiFi2"``, case-insensitive) or this enum's value 0..3. TT-Metal numbers its ``MathFidelity`` 0, 2, 3,
-        4: pass those by name, as a bare 2 here means HiFi3."""
-        if isinstance(value, cls):
-            return value
-        name = value if isinstance(value, str) else getattr(value, "name", None)
-        if isinstance(name, str):
-            for f in cls:
-                if f.name.lower() == name.strip().lower():
-                    return f
-        elif isinstance(value, Integral) and not isinstance(value, bool) and 0 <= value <= 3:
-            return cls(int(value))
-        raise ConfigError(
-            f"unknown fidelity {value!r}: the math fidelity is 'LoFi', 'HiFi2', 'HiFi3' or 'HiFi4' (or 0..3)"
-        )
+Fidelity = MathFidelity  # the one fidelity enum (TT-Metal's numbering: LoFi 0, HiFi2 2, HiFi3 3, HiFi4 4)
 
 
 FP32_MATMUL_MODES = ("highest", "high", "medium")  # torch.set_float32_matmul_precision's names
@@ -158,7 +127,8 @@ def numerics(
     fp32_reduce: str | None = None,
 ) -> Iterator[Numerics]:
     """Ops queued inside take these settings; unset fields keep the enclosing scope's (else the frontend's setting,
-    else the op's default). ``fidelity`` / ``fp32_acc`` / ``approx``: the card's compute-kernel settings.
+    else the op's default). ``fidelity`` / ``fp32_acc`` / ``approx``: the card's compute-kernel settings
+    (``fidelity``: a :class:`Fidelity`, a name or TT-Metal's MathFidelity number, 0 LoFi, 2 HiFi2, 3 HiFi3, 4 HiFi4).
     ``fp32_matmul``: ``"highest"`` / ``"high"`` / ``"medium"`` for float32 matmul operands (over PyTorch's
     ``torch.set_float32_matmul_precision`` and tinygrad's ``ALLOW_TF32``); a split (``"highest"``) matmul always runs
     its bf16 parts at HiFi4 into an fp32 DST, so ``fidelity`` / ``fp32_acc`` shape only single-pass matmuls.

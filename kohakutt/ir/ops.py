@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kohakutt.errors import KohakuTTError, KohakuTTUnsupportedOperator
+from kohakutt.errors import DtypeError, KohakuTTError, KohakuTTUnsupportedOperator
 from kohakutt.hal.layout import Layout
 from kohakutt.ir.dtypes import DType, promote
 from kohakutt.ir.numerics import Fidelity, Numerics
@@ -165,6 +165,16 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
             raise ShapeError(f"shapes {[tuple(s) for s in shapes]} cannot be broadcast together (dim {i})")
         out.append(dims.pop() if dims else 1)
     return tuple(out)
+
+
+def float_tensor(s: Spec, op: str, what: str) -> TensorSpec:
+    """``s`` as a float tensor spec; a Python number is a ShapeError, an integer tensor a DtypeError saying to cast."""
+    if not isinstance(s, TensorSpec):
+        raise ShapeError(f"{op}: {what} must be a tensor, not the Python number {s}")
+    if not s.dtype.is_float:
+        raise DtypeError(f"{op} needs float tensors, got {what} of dtype {s.dtype.value}; convert it with typecast "
+                         "to float32 or bfloat16 first")  # fmt: skip
+    return s
 
 
 def norm_dim(dim: int, ndim: int, op: str = "op") -> int:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from kohakutt.errors import KohakuTTUnsupportedOperator
+from kohakutt.hal import cardcore
 from kohakutt.hal.card import CardSpec
 from kohakutt.ir.defs.matmul import default_fidelity
 from kohakutt.ir.dtypes import DType
@@ -59,7 +60,7 @@ K_CHUNK = 128  # keys per K chunk of the own kernel (4 tiles)
 TTNN_CHUNK = 32  # TT-NN's default q_chunk_size / k_chunk_size (no program config)
 TINY = 2.0**-100  # added to the row sum before 1/l: 0 for rows that see no key, no change to any sum >= 2^-75
 NEG_FLOOR = -3.4028234663852886e38  # the running max starts at -FLT_MAX: finite, so -inf - M is -inf, not NaN
-_TF32, _SRCA = -(1 << 13), -(1 << 14)  # int32 masks: TF32 (11 significant bits), SrcA's 10 multiplied bits
+_TF32 = -(1 << 13)  # int32 mask: TF32 (11 significant bits), what the unpacker keeps of fp32 data
 _UNSET = Numerics()  # every field left to the provider's default
 
 
@@ -121,35 +122,37 @@ def _mask_rows(mask: np.ndarray | None, b: int, h: int, sq: int, skv: int) -> to
 
 
 # -------------------------------------------------------------------------------------------- products (fidelity)
-_SRC_MASKS = {  # Fidelity -> (in0 in SrcB, in1 in SrcA) bit masks, with an fp32 DST (TF32 source registers)
-    Fidelity.LoFi: (0xFFFE0000, 0xFFF80000),
-    Fidelity.HiFi2: (0xFFFE0000, 0xFFFFC000),
-    Fidelity.HiFi4: (0xFFFFE000, 0xFFFFC000),
-}
+def _parts(fid: Fidelity) -> tuple[str, str] | None:
+    """(in0's part in SrcB, in1's part in SrcA) when the card core folds ``fid``'s phases into one product."""
+    folded = cardcore.FOLDED_PHASES[fid.phases]
+    return (folded[0][1], folded[0][0]) if len(folded) == 1 else None
 
 
-def _as_i32(bits: int) -> int:
-    return bits - (1 << 32) if bits >= 1 << 31 else bits
+def _src_mask(fid: Fidelity, in0: bool) -> int:
+    """The int32 mask of in0's (SrcB) or in1's (SrcA) part at a one-product ``fid``, with an fp32 DST."""
+    parts = _parts(fid)
+    assert parts is not None
+    return cardcore.slice_mask(cardcore.SRCB if in0 else cardcore.SRCA, parts[0] if in0 else parts[1])
 
 
 def operand_pairs(a: torch.Tensor, b: torch.Tensor, fid: Fidelity, exact: tuple[bool, bool] = (False, False)
                   ) -> list[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
     """The exact operand pairs of ``a @ b`` at ``fid`` with an fp32 DST (cardmath's folding of the phases): the sum of
     the pairs' products is what the FPU sums. ``exact`` says an operand already fits its source register slice."""
-    if fid == Fidelity.HiFi3:
-        pairs = cm.merged_operands(a.numpy(), b.numpy(), "HiFi3", True)
+    if _parts(fid) is None:
+        pairs = cm.merged_operands(a.numpy(), b.numpy(), fid, True)
         return [(_t(x), _t(y)) for x, y in pairs]
-    m0, m1 = _SRC_MASKS[fid]
-    x = a if exact[0] else _cut(a, _as_i32(m0))
-    y = b if exact[1] else _cut(b, _as_i32(m1))
+    x = a if exact[0] else _cut(a, _src_mask(fid, True))
+    y = b if exact[1] else _cut(b, _src_mask(fid, False))
     return [(x, y)]
 
 
 def _fits(dtype: DType, fid: Fidelity, in0: bool) -> bool:
-    """Whether a tensor of ``dtype`` passes a source register slice unchanged (bf16 at HiFi4 as in0 or in1)."""
+    """Whether a tensor of ``dtype`` passes a source register slice unchanged (bf16 in a whole-value part)."""
     if dtype is DType.FLOAT32:
         return False
-    return fid == Fidelity.HiFi4 or (fid == Fidelity.HiFi2 and not in0)
+    parts = _parts(fid)
+    return parts is not None and parts[0 if in0 else 1] == cardcore.ALL
 
 
 def _bmm(pairs: list[tuple[torch.Tensor, torch.Tensor]], transpose: bool = False) -> torch.Tensor:
@@ -164,13 +167,14 @@ def _bmm(pairs: list[tuple[torch.Tensor, torch.Tensor]], transpose: bool = False
 def _srca_mul(alpha: torch.Tensor, x: torch.Tensor, fid: Fidelity) -> torch.Tensor:
     """mul_tiles(alpha in SrcA, x in SrcB) into an fp32 DST (x already TF32)."""
     if fid == Fidelity.HiFi4:
-        return _cut(alpha, _SRCA) * x  # 10 x 11 significant bits: the product is exact, rounded once to fp32
+        # SrcA's whole value times 11 TF32 bits: the product is exact, rounded once to fp32
+        return _cut(alpha, cardcore.slice_mask(cardcore.SRCA, cardcore.ALL)) * x
     a, xb = torch.broadcast_tensors(alpha, x)
     return _t(cm.multiply(a.contiguous().numpy(), xb.contiguous().numpy(), fidelity=fid.name, fp32_acc=True))
 
 
 # ------------------------------------------------------------------------------------ Kohaku-TT's flash attention
-_CUT7 = _as_i32(0xFFFE0000)  # SrcB's top 7 bits: what a LoFi / HiFi2 matmul by a ones row keeps of in0
+
 _BLOCK_BYTES = 1 << 21  # the score block (heads x rows x K chunk, fp32) the model keeps in cache at a time
 
 
@@ -200,7 +204,10 @@ def flash_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray 
     folded = _is_pow2(scale32)  # S * 2^e is exact, so the scale may ride on in0 (the products and sums scale too)
     if folded:
         qk_pairs = [(x * scale32, y) for x, y in qk_pairs]
-    tv = tv if _fits(dtypes[2], fid, False) else _cut(tv, _as_i32(_SRC_MASKS.get(fid, (0, 0xFFFFC000))[1]))
+    srca_all = cardcore.slice_mask(cardcore.SRCA, cardcore.ALL)  # in1 at HiFi3 (the folded pairs keep it whole)
+    tv = tv if _fits(dtypes[2], fid, False) else _cut(tv, srca_all if _parts(fid) is None else _src_mask(fid, False))
+    srca_high = cardcore.slice_mask(cardcore.SRCA, cardcore.HIGH)  # p in SrcA of a LoFi reduce_tile
+    cut7 = cardcore.slice_mask(cardcore.SRCB, cardcore.HIGH)  # what a LoFi / HiFi2 matmul by a ones row keeps of in0
     tmask = _mask_rows(mask, b, hq, sq, skv)
     narrow = fid in (Fidelity.LoFi, Fidelity.HiFi2)  # the column broadcast keeps 7 bits of M and of 1 / l
     m_run = torch.full((bh, sq), float(_cut(torch.tensor([NEG_FLOOR]), _TF32)), dtype=torch.float32)
@@ -226,7 +233,7 @@ def flash_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray 
             m_old = m_run[hs, r0:]
             m_new = torch.maximum(m_old, s.amax(-1))
             if narrow:
-                _cut_(m_new, _CUT7)
+                _cut_(m_new, cut7)
             s.sub_(m_new[..., None])
             _exp_(s) if tmask is not None else s.exp_()  # a mask may hold big negatives: torch's slow path
             p = _bf16(s)
@@ -236,18 +243,18 @@ def flash_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray 
             _cut_(l_view, _TF32)  # l and O are stored fp32 and read back as TF32 (cutting twice changes nothing)
             _cut_(o_view, _TF32)
             if fid == Fidelity.HiFi4:  # alpha's 10 SrcA bits times 11 TF32 bits: exact, rounded once to fp32
-                _cut_(alpha, _SRCA)
+                _cut_(alpha, srca_all)
                 l_view.mul_(alpha)
                 o_view.mul_(alpha[..., None])
             else:
                 l_view.copy_(_srca_mul(alpha, l_view, fid))
                 o_view.copy_(_srca_mul(alpha[..., None], o_view, fid))
-            for tile_sum in _tile_sums(_cut(p, _as_i32(0xFFF80000)) if fid == Fidelity.LoFi else p):
+            for tile_sum in _tile_sums(_cut(p, srca_high) if fid == Fidelity.LoFi else p):
                 l_view.add_(tile_sum)  # reduce_tile adds one tile's row sums at a time
             o_view.add_(_bmm(operand_pairs(p, tv[hs, k0:k1], fid, (fid == Fidelity.HiFi4, True))))
             m_run[hs, r0:] = m_new
     l_t = _cut(l_run, _TF32)
-    recip = _cut_(1.0 / (l_t + TINY), _CUT7 if narrow else _TF32)
+    recip = _cut_(1.0 / (l_t + TINY), cut7 if narrow else _TF32)
     out = _srca_mul(recip[..., None], _cut(o_run, _TF32), fid)
     lse = torch.log(l_t) + m_run
     return out.reshape(b, hq, sq, dv).numpy(), lse.reshape(b, hq, sq).numpy()
@@ -596,10 +603,10 @@ def attention_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Nu
         bh, sq, skv, d, dv = q.shape[0] * q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]
     else:
         bh, sq, skv, d, dv = q.shape[1], q.shape[0], k.shape[0], q.shape[2], v.shape[2]
-    fid = int(default_fidelity(num, [q.dtype, k.dtype, v.dtype], default))
+    fid = default_fidelity(num, [q.dtype, k.dtype, v.dtype], default)
     pairs = bh * _visible_tiles(sq, skv, bool(attrs.get("is_causal")))
     dt, dvt = -(-d // 32), -(-dv // 32)
-    cycles = (dt + dvt) * card.matmul_tile_cycles[fid] + 4 * cost.SFPU_TILE_CYCLES
+    cycles = (dt + dvt) * cost.matmul_tile_cycles(card, fid) + 4 * cost.SFPU_TILE_CYCLES
     per_pair = dt * k.dtype.format.tile_bytes + dvt * v.dtype.format.tile_bytes
     if q.ndim == 4 and len(ins) > 3 and isinstance(ins[3], TensorSpec):
         per_pair += 4096  # an fp32 (own kernel) or bf16 + padding mask tile

@@ -155,18 +155,10 @@ def merged_operands(
     HiFi4 multiplies both whole source-register values; HiFi3 adds SrcB's low bits times SrcA's top bits. LoFi, HiFi2
     and HiFi4 give one pair, HiFi3 two. Inf and NaN are carried by the first pair only, as in
     :func:`fidelity_operands`."""
-    fid = Fidelity.of(fidelity)
     a, b = _f32(a), _f32(b)
-    b_all = _slice(b, cardcore.SRCA, cardcore.PHASE_ALL, fp32_acc)
-    if fid == Fidelity.LoFi:
-        return [(_slice(a, cardcore.SRCB, 0, fp32_acc), _slice(b, cardcore.SRCA, 0, fp32_acc))]
-    if fid == Fidelity.HiFi2:
-        return [(_slice(a, cardcore.SRCB, 0, fp32_acc), b_all)]
-    if fid == Fidelity.HiFi4:
-        return [(_slice(a, cardcore.SRCB, cardcore.PHASE_ALL, fp32_acc), b_all)]
-    # HiFi3: phases 0-1 (SrcB's top bits times all of SrcA), then phase 2 (SrcB's low bits times SrcA's top bits)
-    return [(_slice(a, cardcore.SRCB, 0, fp32_acc), b_all),
-            (_slice(a, cardcore.SRCB, 2, fp32_acc), _slice(b, cardcore.SRCA, 2, fp32_acc))]  # fmt: skip
+    return [(cardcore.part_slice(a, cardcore.SRCB, pb, fp32_acc, i == 0).reshape(a.shape),
+             cardcore.part_slice(b, cardcore.SRCA, pa, fp32_acc, i == 0).reshape(b.shape))
+            for i, (pa, pb) in enumerate(cardcore.FOLDED_PHASES[Fidelity.of(fidelity).phases])]  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------------------- matmul

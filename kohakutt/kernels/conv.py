@@ -3,11 +3,10 @@
 The engine runs torch's CPU convolutions on the operands as the multiplier sees them (``merged_products``: the
 input in SrcB, the weights in SrcA at the fidelity), which gives the card's products summed in fp32 (up to order).
 A bf16 DST is modelled per kernel row: the partial convolution over one row of the kernel (kw x C/groups products,
-TT-NN's activation block width) is summed in fp32, added to DST and DST is rounded to bf16, row after row. Two
-engines compute that: where the CPU has bfloat16 units (AMX, AVX512-BF16), an ungrouped 2-d convolution runs one
-oneDNN bf16 convolution per kernel row whose fused add is DST + row, rounded once (:func:`_rows_bf16`); otherwise
-one float32 convolution gives every row's partials and NumPy adds and rounds them (:func:`_accumulate_rows`). They
-differ only in the order of the float32 sums.
+TT-NN's activation block width) is summed in fp32, added to DST and DST is rounded to bf16, row after row. One float32
+convolution gives every row's partials and NumPy adds and rounds them (:func:`_accumulate_rows`) on every CPU: the
+numerics never depend on which CPU runs the simulator (a oneDNN bf16 engine on AMX / AVX512-BF16 was faster but sums
+in another float32 order, so it was removed).
 
 Providers: ``ttnn`` models TT-NN's kernels and refuses what TT-NN cannot run (transposed 3-d convolutions; 3-d
 convolutions with uneven 'same' padding): ``ttnn.conv1d`` / ``conv2d`` / ``conv_transpose2d`` take NHWC input, so an
@@ -153,76 +152,6 @@ def _accumulate_rows(y: torch.Tensor, rows: Sequence[tuple[int, ...]], dilation:
     return torch.from_numpy(out.reshape(n, k, *o))
 
 
-def _cpu_has_bf16_units() -> bool:
-    """Whether torch's oneDNN runs bfloat16 convolutions on the CPU's own bf16 units (AMX or AVX512-BF16)."""
-    probes = (getattr(torch.cpu, "_is_amx_tile_supported", None), getattr(torch.cpu, "_is_avx512_bf16_supported", None))
-    return bool(torch.backends.mkldnn.is_available() and any(p is not None and p() for p in probes))
-
-
-BF16_UNITS = _cpu_has_bf16_units()
-_TINY_BF16 = (127 - 50) << 7  # bf16 magnitude bits of 2^-50: smaller operands could make subnormal products
-
-
-def _bf16_normal(bits: np.ndarray) -> bool:
-    """Whether bfloat16 ``bits`` hold only zeros and finite values of magnitude >= 2^-50 (so no product or partial
-    sum is subnormal: the bf16 units flush those, IEEE float32 keeps them)."""
-    m = np.bitwise_and(bits, np.uint16(0x7FFF))
-    if int(m.max()) >= 0x7F80:
-        return False
-    m -= np.uint16(1)  # zeros wrap to 0xFFFF and drop out of the minimum
-    return int(m.min()) >= _TINY_BF16 - 1
-
-
-def _rows_bf16(xs: Sequence[torch.Tensor], ws: Sequence[torch.Tensor], pads: Sequence[tuple[int, int]],
-               dilation: Sequence[int], stride_w: int, groups: int,
-               channels_last_out: bool) -> torch.Tensor | None:  # fmt: skip
-    """:func:`conv_forward`'s bf16 DST for a 2-d convolution with stride 1 down the rows, on the CPU's bf16 units.
-
-    The operands are bfloat16 values (what a 16-bit DST's unpacker holds), so oneDNN's bf16 convolution multiplies
-    them exactly and sums in fp32. The batch is folded into the rows of one zero-padded channels-last image, and the
-    product pairs are stacked on the input channels (per group); then one convolution per kernel row r over the
-    image shifted by r rows (a 1 x kw kernel) gives that row's partial sums, and its fused add of the running sum
-    with one rounding to bf16 is exactly DST + partial, rounded. Ungrouped convolutions only: for grouped ones oneDNN
-    rounds the partial to bf16 before the add (measured), which is not this DST. Returns None (the caller's engine
-    runs) when an operand holds Inf, NaN or a magnitude below 2^-50."""
-    n, _, h, w = xs[0].shape
-    k, cg, kh, kw = ws[0].shape
-    (pt, pb), (pl, pr) = pads
-    hp, wp, npair = h + pt + pb, w + pl + pr, len(xs)
-    dh, dw = dilation
-    oh, ow = hp - dh * (kh - 1), (wp - dw * (kw - 1) - 1) // stride_w + 1
-    bits = np.zeros((n, hp, wp, groups, npair, cg), np.uint16)
-    for i, x in enumerate(xs):  # bf16 values: their bits are the float32's top half
-        src = x.numpy().transpose(0, 2, 3, 1).reshape(n, h, w, groups, cg).view(np.uint32)
-        np.right_shift(src, 16, out=bits[:, pt : pt + h, pl : pl + w, :, i, :], casting="unsafe")
-    w_all = np.stack([np.asarray(wt.numpy(), np.float32).reshape(groups, k // groups, cg, kh, kw) for wt in ws], 2)
-    w_bits = np.right_shift(np.ascontiguousarray(w_all).view(np.uint32), 16).astype(np.uint16)
-    if not (_bf16_normal(bits) and _bf16_normal(w_bits)):
-        return None
-    w_bf16 = torch.from_numpy(w_bits.reshape(k, npair * cg, kh, kw).view(np.int16)).view(torch.bfloat16)
-    image = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16).reshape(1, n * hp, wp, -1).permute(0, 3, 1, 2)
-    rows = n * hp - dh * (kh - 1)
-    acc = None
-    for r in range(kh):
-        x_r = image[:, :, r * dh : r * dh + rows]
-        w_r = w_bf16[:, :, r : r + 1].contiguous(memory_format=torch.channels_last)
-        if acc is None:
-            acc = F.conv2d(x_r, w_r, None, (1, stride_w), 0, (1, dw), groups)
-        else:  # DST + this row's partial sums, one rounding to bf16
-            acc = torch.ops.mkldnn._convolution_pointwise.binary(
-                x_r, acc, w_r, None, [0, 0], [1, stride_w], [1, dw], groups, "add", 1.0, None, [], None)  # fmt: skip
-    assert acc is not None
-    flat = acc.permute(0, 2, 3, 1).contiguous().view(torch.int16).numpy().view(np.uint16)
-    item = flat.itemsize
-    dst_bits = np.lib.stride_tricks.as_strided(flat, (n, oh, ow, k), (hp * ow * k * item, ow * k * item, k * item,
-                                                                        item))  # fmt: skip
-    out = np.empty((n, oh, ow, k) if channels_last_out else (n, k, oh, ow), np.float32)
-    target = out.view(np.uint32) if channels_last_out else out.view(np.uint32).transpose(0, 2, 3, 1)
-    np.left_shift(dst_bits, 16, out=target, dtype=np.uint32)
-    res = torch.from_numpy(out)
-    return res.permute(0, 3, 1, 2) if channels_last_out else res
-
-
 def conv_forward(
     xs: Sequence[torch.Tensor],
     ws: Sequence[torch.Tensor],
@@ -239,10 +168,6 @@ def conv_forward(
     row (one block for a 1-d kernel). ``round_dst=False`` leaves a bf16 DST's last rounding to the caller (whose
     bfloat16 store rounds the same way); ``channels_last_out`` asks for the result in channels-last memory."""
     d = len(stride)
-    if not fp32_acc and d == 2 and stride[0] == 1 and groups == 1 and BF16_UNITS and xs[0].numel() and ws[0].numel():
-        out = _rows_bf16(xs, ws, pads, dilation, stride[1], groups, channels_last_out)
-        if out is not None:
-            return out
     xs, ws = _fast_layout(xs), _fast_layout(ws)
     pad = [lo for lo, _ in pads]
     if any(lo != hi for lo, hi in pads):  # uneven ('same') padding: pad first, convolve unpadded
@@ -449,7 +374,11 @@ def ttnn_supports(g: ConvGeometry) -> str | None:
     return None
 
 
-@sim("conv", provider="ttnn", estimate=estimate_conv_ttnn)
+def _ttnn_conv_supports(specs: list, attrs: dict) -> str | None:
+    return ttnn_supports(conv_geometry(specs[0].shape, specs[1].shape, attrs))
+
+
+@sim("conv", provider="ttnn", estimate=estimate_conv_ttnn, supports=_ttnn_conv_supports)
 def conv_ttnn_model(call: SimCall) -> np.ndarray:
     why = ttnn_supports(conv_geometry(call.inputs[0].shape, call.inputs[1].shape, call.attrs))
     if why:
@@ -567,7 +496,7 @@ def _host_weights(tt: Any, w: Any) -> Any:
     return tt.from_device(w)
 
 
-@ttnn("conv")
+@ttnn("conv", supports=_ttnn_conv_supports)
 def conv_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
     x, w = inputs[0], inputs[1]
     g = conv_geometry(tuple(x.shape), tuple(w.shape), attrs)

@@ -52,10 +52,15 @@ def sfpu(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numerics, ca
     return memory_bound(ins, outs, card, SFPU_TILE_CYCLES)
 
 
+def matmul_tile_cycles(card: CardSpec, fidelity: Fidelity) -> int:
+    """Ideal cycles of one 32 x 32 x 32 tile matmul at ``fidelity`` (one pass per phase)."""
+    return card.matmul_tile_cycles[Fidelity.of(fidelity).phases - 1]
+
+
 def matmul_ns(batch: int, m: int, n: int, k: int, fidelity: Fidelity, card: CardSpec, traffic: float = 0) -> float:
     """Launch + max(DRAM, tile matmuls at the fidelity's cycles over the cores)."""
     t = -(-m // 32) * -(-n // 32) * -(-k // 32) * batch
-    cycles = card.matmul_tile_cycles[int(fidelity)]
+    cycles = matmul_tile_cycles(card, fidelity)
     return LAUNCH_NS + max(dram_ns(traffic, card), compute_ns(t, cycles, card))
 
 

@@ -104,7 +104,11 @@ def _truncating_sum(idx: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
     return acc
 
 
-@sim("embedding_backward", estimate=embedding_backward_cost)
+def _ttnn_backward_supports(specs: list, attrs: dict) -> str | None:
+    return "TT-NN's embedding_bw has no scale_grad_by_freq" if attrs["scale_grad_by_freq"] else None
+
+
+@sim("embedding_backward", estimate=embedding_backward_cost, supports=_ttnn_backward_supports)
 def embedding_backward_ttnn(call: SimCall) -> np.ndarray:
     if call.attrs["scale_grad_by_freq"]:
         raise KohakuTTUnsupportedOperator(
@@ -146,7 +150,7 @@ def tt_embedding(tt, inputs, attrs, numerics, out_specs):
     return tt_finish(tt, tt.reshape(out, list(out_specs[0].shape)), out_specs[0])
 
 
-@ttnn("embedding_backward")
+@ttnn("embedding_backward", supports=_ttnn_backward_supports)
 def tt_embedding_backward(tt, inputs, attrs, numerics, out_specs):
     """TT-NN's embedding_bw wants row-major uint32 indices [1, n] and bfloat16 grads [1, 1, n, dim] with n and dim
     multiples of 32, and a weight tensor only for the table size: pad all three, then cut the result."""

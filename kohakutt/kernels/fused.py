@@ -411,7 +411,7 @@ def ttnn_swiglu_backward_cost(ins: list, outs: list, attrs: dict, num: Numerics,
 def _rotary_cycles(num: Numerics, card: CardSpec, interleaved: bool) -> float:
     """Per tile: rot(x) (a matmul tile, or a -1 scalar multiply), two multiplies at the fidelity, an add."""
     fid = num.fidelity if num.fidelity is not None else Fidelity.HiFi4
-    return (card.matmul_tile_cycles[int(fid)] if interleaved else _mul_cycles(num)) + 2 * _mul_cycles(num) + FPU
+    return (cost.matmul_tile_cycles(card, fid) if interleaved else _mul_cycles(num)) + 2 * _mul_cycles(num) + FPU
 
 
 def ttnn_rotary_cost(ins: list, outs: list, attrs: dict, num: Numerics, card: CardSpec) -> float:
@@ -437,7 +437,7 @@ def _own(ttnn_cost: Estimate, cycles: Callable[[list, dict, Numerics, CardSpec],
 def _ktt_rotary_cycles(outs: list, attrs: dict, num: Numerics, card: CardSpec) -> float:
     fid = num.fidelity if num.fidelity is not None else Fidelity.HiFi4
     matmul = programs.rotary_form(outs[0].shape[-1], bool(attrs["interleaved"])) == "matmul"
-    return (card.matmul_tile_cycles[int(fid)] if matmul else 0) + 2 * _mul_cycles(num) + FPU
+    return (cost.matmul_tile_cycles(card, fid) if matmul else 0) + 2 * _mul_cycles(num) + FPU
 
 
 ktt_bias_gelu_cost = _own(ttnn_bias_gelu_cost, lambda o, a, n, card: FPU + 2 * SFPU)

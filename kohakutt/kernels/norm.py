@@ -728,8 +728,9 @@ def norm_cost(reduces: int, fpu: int, sfpu: int = 1, launches: int = 1) -> cost.
     ``fpu`` element-wise FPU ops and ``sfpu`` SFPU ops) over the cores."""
 
     def estimate(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numerics, card: CardSpec) -> float:
-        fid = int(num.fidelity) if num.fidelity is not None else int(Fidelity.HiFi4)
-        cycles = reduces * card.matmul_tile_cycles[fid] + fpu * cost.FPU_TILE_CYCLES + sfpu * cost.SFPU_TILE_CYCLES
+        fid = num.fidelity if num.fidelity is not None else Fidelity.HiFi4
+        cycles = reduces * cost.matmul_tile_cycles(card, fid) + fpu * cost.FPU_TILE_CYCLES
+        cycles += sfpu * cost.SFPU_TILE_CYCLES
         traffic = sum(cost.tile_bytes(s) for s in ins) + sum(cost.tile_bytes(s) for s in outs)
         work = cost.tiles(ins[0]) if ins else 0
         busy = max(cost.dram_ns(traffic, card), cost.compute_ns(work, cycles, card))

@@ -237,6 +237,16 @@ def _estimate_pool(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Nu
     return cost.memory_bound(ins, outs[:1], card, cycles)
 
 
+def _ttnn_pool_supports(specs: list, attrs: dict) -> str | None:
+    """TT-NN pools 1-d and 2-d windows only, and its adaptive max pool returns no indices."""
+    d = len(attrs["kernel_size"] if "kernel_size" in attrs else attrs["output_size"])
+    if d == 3:
+        return "TT-NN has no 3-d pools"
+    if "output_size" in attrs and attrs.get("return_indices"):
+        return "TT-NN's adaptive_max_pool2d returns no indices"
+    return None
+
+
 for _op, _fn in (
     ("max_pool", _max_pool),
     ("avg_pool", _avg_pool),
@@ -244,9 +254,12 @@ for _op, _fn in (
     ("adaptive_max_pool", _adaptive_max),
 ):
     for _provider in ("ttnn", "ktt"):
-        sim(_op, provider=_provider, estimate=_estimate_pool)(
-            lambda call, _fn=_fn, _provider=_provider: _fn(call, _provider)
-        )
+        sim(
+            _op,
+            provider=_provider,
+            estimate=_estimate_pool,
+            supports=_ttnn_pool_supports if _provider == "ttnn" else None,
+        )(lambda call, _fn=_fn, _provider=_provider: _fn(call, _provider))
 
 
 # ----------------------------------------------------------------------------------------------------- backward
@@ -342,7 +355,7 @@ def _from_rows(tt: Any, y: Any, lead: Sequence[int], n: int, c: int, out: Sequen
     return tt.reshape(y, (*lead, *out))
 
 
-@ttnn("max_pool")
+@ttnn("max_pool", supports=_ttnn_pool_supports)
 def max_pool_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
     g = pool_geometry(tuple(inputs[0].shape), attrs, "max_pool")
     if g.d == 3:
@@ -369,7 +382,7 @@ def max_pool_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_sp
     return _from_rows(tt, vals, g.lead, n, c, g.out_spatial), _from_rows(tt, idx, g.lead, n, c, g.out_spatial)
 
 
-@ttnn("avg_pool")
+@ttnn("avg_pool", supports=_ttnn_pool_supports)
 def avg_pool_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
     g = pool_geometry(tuple(inputs[0].shape), attrs, "avg_pool")
     if g.d == 3:
@@ -403,7 +416,7 @@ def _uniform_windows(spatial: Sequence[int], out: Sequence[int], op: str) -> Non
         )
 
 
-@ttnn("adaptive_avg_pool")
+@ttnn("adaptive_avg_pool", supports=_ttnn_pool_supports)
 def adaptive_avg_pool_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
     _, lead, spatial, out = adaptive_geometry(tuple(inputs[0].shape), attrs["output_size"], "adaptive_avg_pool")
     if len(spatial) == 3:
@@ -423,7 +436,7 @@ def adaptive_avg_pool_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numeric
     return _from_rows(tt, res, lead, n, c, out)
 
 
-@ttnn("adaptive_max_pool")
+@ttnn("adaptive_max_pool", supports=_ttnn_pool_supports)
 def adaptive_max_pool_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs: list[TensorSpec]) -> Any:
     _, lead, spatial, out = adaptive_geometry(tuple(inputs[0].shape), attrs["output_size"], "adaptive_max_pool")
     if len(spatial) == 3 or attrs["return_indices"]:

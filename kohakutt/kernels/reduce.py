@@ -241,7 +241,7 @@ def scaled(x: np.ndarray, e: np.ndarray) -> np.ndarray:
 def reduce_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numerics, card: CardSpec) -> float:
     """Launch + max(DRAM traffic, one reduce-tile op per input tile at the fidelity's matmul rate)."""
     traffic = sum(cost.tile_bytes(s) for s in ins) + sum(cost.tile_bytes(s) for s in outs)
-    cycles = card.matmul_tile_cycles[int(num.fidelity)] if num.fidelity is not None else cost.FPU_TILE_CYCLES
+    cycles = cost.matmul_tile_cycles(card, num.fidelity) if num.fidelity is not None else cost.FPU_TILE_CYCLES
     work = sum(cost.tiles(s) for s in ins)
     return cost.LAUNCH_NS + max(cost.dram_ns(traffic, card), cost.compute_ns(work, cycles, card))
 

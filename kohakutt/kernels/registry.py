@@ -41,6 +41,8 @@ class SimCall:
 
 
 Estimate = Callable[[list[Spec], list[TensorSpec], dict[str, Any], Numerics, CardSpec], float]
+# supports(input specs, bound attributes) -> why the implementation cannot run the call, or None when it can
+Supports = Callable[[list[Spec], dict[str, Any]], str | None]
 
 
 @dataclass
@@ -55,6 +57,11 @@ class Impl:
     # The program path: launch(inputs, outs, attrs, numerics, stream) queues the op's program through the HAL and
     # returns True, or returns False when the program does not take these operands (kernels.programs.launch).
     launch: Callable[..., bool] | None = None
+    supports: Supports | None = None  # what it runs; where it cannot, the runner takes another provider's
+
+    def why_not(self, specs: list[Spec], attrs: dict[str, Any]) -> str | None:
+        """Why this implementation cannot run a call with these operands and attributes (None: it can)."""
+        return None if self.supports is None else self.supports(specs, attrs)
 
     def __repr__(self) -> str:
         return f"Impl({self.op}, {self.backend}, {self.provider})"
@@ -65,8 +72,10 @@ IMPLS: dict[tuple[str, str, str], Impl] = {}
 
 def register(op: str, backend: str, provider: str = "ttnn", *, estimate: Estimate | None = None,
              program: Callable[..., Any] | None = None, random: bool = False,
-             launch: Callable[..., bool] | None = None) -> Callable[[Callable], Callable]:
-    """Decorator: ``fn`` implements IR op ``op`` on ``backend`` for ``provider``."""
+             launch: Callable[..., bool] | None = None, supports: Supports | None = None
+             ) -> Callable[[Callable], Callable]:  # fmt: skip
+    """Decorator: ``fn`` implements IR op ``op`` on ``backend`` for ``provider``; ``supports`` says which calls it can
+    run (see :func:`fallback`)."""
     if provider not in PROVIDERS:
         raise KohakuTTError(f"unknown provider {provider!r}; use one of {PROVIDERS}")
 
@@ -74,7 +83,7 @@ def register(op: str, backend: str, provider: str = "ttnn", *, estimate: Estimat
         key = (op, backend, provider)
         if key in IMPLS:
             raise KohakuTTError(f"{op} has two {provider} implementations on {backend}")
-        IMPLS[key] = Impl(op, backend, provider, fn, estimate, program, random, launch)
+        IMPLS[key] = Impl(op, backend, provider, fn, estimate, program, random, launch, supports)
         return fn
 
     return deco
@@ -102,6 +111,18 @@ def lookup(op: str, backend: str, provider: str | None = None) -> Impl | None:
         if impl is not None:
             return impl
     return None
+
+
+def fallback(impl: Impl, specs: list[Spec], attrs: dict[str, Any]) -> Impl:
+    """``impl``, or where it declares it cannot run this call, the first other provider's implementation of the op on
+    the backend that can (``impl`` itself when none can: running it raises its own typed error)."""
+    if impl.why_not(specs, attrs) is None:
+        return impl
+    for p in PROVIDERS:
+        other = IMPLS.get((impl.op, impl.backend, p))
+        if other is not None and other is not impl and other.why_not(specs, attrs) is None:
+            return other
+    return impl
 
 
 def providers(op: str, backend: str) -> list[str]:

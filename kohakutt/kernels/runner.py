@@ -169,6 +169,8 @@ def _plan(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None, spec
         raise ShapeError(f"{op}: no tensor operand to take the device from; pass device=")
     _check_devices(op, inputs, out, dev)
     impl = registry.lookup(op, dev.backend.name, provider)
+    if impl is not None and provider is None:
+        impl = registry.fallback(impl, specs, bound)
     if impl is None:
         if d.decomposition is not None:
             return None, d, bound, dev

@@ -17,7 +17,7 @@ from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal.card import CardSpec
 from kohakutt.ir.defs.softmax import softmax_dim
 from kohakutt.ir.dtypes import DType
-from kohakutt.ir.numerics import Numerics
+from kohakutt.ir.numerics import Fidelity, Numerics
 from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath as cm
 from kohakutt.kernels import cost
@@ -76,8 +76,8 @@ def _empty(call: SimCall) -> np.ndarray | None:
 
 def softmax_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numerics, card: CardSpec) -> float:
     """Launch + max(DRAM traffic, per input tile: max and sum reduces, a subtract, exp, reciprocal, a multiply)."""
-    fid = int(num.fidelity) if num.fidelity is not None else 3
-    cycles = 2 * card.matmul_tile_cycles[fid] + 2 * cost.SFPU_TILE_CYCLES + 2 * cost.FPU_TILE_CYCLES
+    fid = num.fidelity if num.fidelity is not None else Fidelity.HiFi4
+    cycles = 2 * cost.matmul_tile_cycles(card, fid) + 2 * cost.SFPU_TILE_CYCLES + 2 * cost.FPU_TILE_CYCLES
     traffic = sum(cost.tile_bytes(s) for s in ins) + sum(cost.tile_bytes(s) for s in outs)
     work = sum(cost.tiles(s) for s in ins)
     return cost.LAUNCH_NS + max(cost.dram_ns(traffic, card), cost.compute_ns(work, cycles, card))

@@ -56,12 +56,15 @@ KTT_INLINE float to_dst(float x, int fp32_acc) { return fp32_acc ? x : bf16(x); 
  * multiply its top 7, phases 2-3 the rest. Phase p pairs SrcA slice p & 1 with SrcB slice p >> 1. A slice is the
  * value of those bits alone (the low slice is full - high, exact). Inf and NaN take part in phase 0 only: in later
  * phases their slices are 0, so Inf * 1 stays Inf instead of meeting a 0 slice (Inf * 0 = NaN). */
+KTT_INLINE int slice_bits(int operand, int high, int fp32_acc) {
+    if (high) return operand == KTT_SRCA ? 5 : 7;
+    return operand == KTT_SRCA ? (fp32_acc ? 10 : 8) : (fp32_acc ? 11 : 8);
+}
+
 KTT_INLINE float fidelity_slice(float x, int operand, int phase, int fp32_acc) {
-    const int srca = operand == KTT_SRCA;
-    const int all = srca ? (fp32_acc ? 10 : 8) : (fp32_acc ? 11 : 8);
-    const int high = srca ? 5 : 7;
+    const int all = slice_bits(operand, 0, fp32_acc), high = slice_bits(operand, 1, fp32_acc);
     if (phase == KTT_PHASE_ALL) return cut(x, all);
-    const int low_slice = srca ? (phase & 1) : (phase >> 1);
+    const int low_slice = operand == KTT_SRCA ? (phase & 1) : (phase >> 1);
     float full = cut(x, all), hi = cut(full, high);
     float v = low_slice ? (finite(full) ? full - hi : 0.0f) : hi;
     return (phase > 0 && !finite(v)) ? 0.0f : v;
@@ -70,6 +73,8 @@ KTT_INLINE float fidelity_slice(float x, int operand, int phase, int fp32_acc) {
 void ktt_source_register(const float *x, float *out, size_t n, int fp32_acc) {
     for (size_t i = 0; i < n; i++) out[i] = cut(x[i], fp32_acc ? 11 : 8);
 }
+
+int ktt_slice_bits(int operand, int high, int fp32_acc) { return slice_bits(operand, high, fp32_acc); }
 
 void ktt_fidelity_slice(const float *x, float *out, size_t n, int operand, int phase, int fp32_acc) {
     for (size_t i = 0; i < n; i++) out[i] = fidelity_slice(x[i], operand, phase, fp32_acc);

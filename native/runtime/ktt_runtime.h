@@ -67,6 +67,10 @@ void ktt_source_register(const float *x, float *out, size_t n, int fp32_acc);
  * phases 0-1, the next 4 in phases 2-3); Inf and NaN only in phase 0 (0 in later phases). */
 void ktt_fidelity_slice(const float *x, float *out, size_t n, int operand, int phase, int fp32_acc);
 
+/* The significant bits (implicit one included) operand KTT_SRCA / KTT_SRCB keeps in all (high = 0) or in its high
+ * slice (high = 1, the part even phases of SrcA and phases 0-1 of SrcB multiply). */
+int ktt_slice_bits(int operand, int high, int fp32_acc);
+
 /* mul_tiles (ELWMUL): dst = the sum over `phases` (1 LoFi .. 4 HiFi4) of the slices' products, added to DST in turn
  * (rounded to BF16 after each addition unless fp32_acc). srca / srcb hold source-register values. */
 void ktt_fpu_mul(const float *srca, const float *srcb, float *dst, size_t n, int phases, int fp32_acc);

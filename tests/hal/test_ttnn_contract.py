@@ -63,11 +63,11 @@ def run_probe(python: Path, request: dict) -> dict:
 
 def declared_contract() -> tuple[list[str], dict[str, list[str]]]:
     """The backend's TT-NN names and keywords plus every op family module's (``TTNN_NAMES`` / ``TTNN_SIGNATURES``
-    in each module that ``kohakutt.kernels.families`` imports), keywords of one callable united."""
+    in each module of ``kohakutt.kernels.families.MODULES``), keywords of one callable united."""
     import kohakutt.kernels.families as families
     from kohakutt.mesh import ttnn_mesh
 
-    modules = [tb, ttnn_mesh, *(m for m in vars(families).values() if isinstance(m, types.ModuleType))]
+    modules = [tb, ttnn_mesh, *families.MODULES]
     names: dict[str, None] = {}
     signatures: dict[str, list[str]] = {}
     for m in modules:

@@ -26,12 +26,12 @@ def test_numerics_scope_nests_and_is_per_thread():
         assert current() == outer
     assert current() == Numerics()
     assert resolve(Numerics(Fidelity.LoFi, False, True)) == Numerics(Fidelity.LoFi, False, True)
-    with numerics(fidelity=2):
-        assert resolve(Numerics(Fidelity.LoFi, False, True)) == Numerics(Fidelity.HiFi3, False, True)
+    with numerics(fidelity=2):  # TT-Metal's MathFidelity numbering: 2 is HiFi2
+        assert resolve(Numerics(Fidelity.LoFi, False, True)) == Numerics(Fidelity.HiFi2, False, True)
 
 
 def test_bad_fidelity_and_dtype_names():
-    with pytest.raises(ConfigError, match="unknown fidelity 'HiFi5'"), numerics(fidelity="HiFi5"):
+    with pytest.raises(ConfigError, match="unknown math fidelity 'HiFi5'"), numerics(fidelity="HiFi5"):
         pass
     with pytest.raises(DtypeError, match="no dtype 'float64'"):
         DType.of("float64")
@@ -53,8 +53,10 @@ def test_fidelity_is_one_enum_with_phases():
     assert cardmath.Fidelity is Fidelity  # cardmath uses the IR's enum
     assert [f.phases for f in Fidelity] == [1, 2, 3, 4]
     assert Fidelity.of(MathFidelity.HiFi3) is Fidelity.HiFi3  # the HAL's enum (below the IR) is read by name
-    for bad in (True, 4, None):
-        with pytest.raises(ConfigError, match="unknown fidelity"):
+    assert MathFidelity is Fidelity  # the HAL's, the IR's and the frontends' fidelity are one enum
+    assert [int(f) for f in Fidelity] == [0, 2, 3, 4]  # TT-Metal's MathFidelity values
+    for bad in (True, 1, 5, None):
+        with pytest.raises(ConfigError, match="unknown math fidelity"):
             Fidelity.of(bad)
 
 

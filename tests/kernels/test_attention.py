@@ -489,7 +489,7 @@ def test_program_is_a_valid_metalium_program(dev):
                                    mask_shape=(1, 1, 1024, 1024))  # fmt: skip
     kinds = {kern.kind: kern for kern in prog.kernels}
     assert set(kinds) == {"reader", "writer", "compute"} and prog.tensors == ("q", "k", "v", "mask", "out", "lse")
-    assert kinds["compute"].fp32_dest_acc_en and kinds["compute"].fidelity == "HiFi4"
+    assert kinds["compute"].fp32_dest_acc_en and kinds["compute"].fidelity.name == "HiFi4"
     for src in ("matmul_tiles", "reduce_tile<PoolType::MAX", "exp_tile", "recip_tile", "log_tile"):
         assert src in kinds["compute"].source
     assert "noc_async_read_page" in kinds["reader"].source and "noc_async_write_page" in kinds["writer"].source

@@ -90,15 +90,15 @@ def test_fidelity_of_names_numbers_and_members():
     assert Fidelity.of("HiFi2") is Fidelity.HiFi2
     assert Fidelity.of(" lofi ") is Fidelity.LoFi
     assert Fidelity.of(Fidelity.HiFi3) is Fidelity.HiFi3
-    assert [Fidelity.of(n) for n in range(4)] == list(Fidelity)  # the enum's own values, like the IR's Fidelity
-    assert Fidelity.of(np.int64(3)) is Fidelity.HiFi4
+    assert [Fidelity.of(n) for n in (0, 2, 3, 4)] == list(Fidelity)  # TT-Metal's MathFidelity values
+    assert Fidelity.of(np.int64(3)) is Fidelity.HiFi3
 
     class MathFidelity(enum.Enum):  # TT-NN's and the IR's enums are read by name
         HiFi2 = 2
 
     assert Fidelity.of(MathFidelity.HiFi2) is Fidelity.HiFi2
     assert [f.phases for f in Fidelity] == [1, 2, 3, 4]
-    for bad in (4, -1, "HiFi5", True, None, 2.0):
+    for bad in (1, 5, -1, "HiFi5", True, None, 2.0):
         with pytest.raises(ConfigError, match="math fidelity"):
             Fidelity.of(bad)
 
@@ -569,3 +569,25 @@ def test_sfpu_approx_bit_patterns():
     b0, b5 = (1 + 24 / 1024) * 2.0**-11, (1 + 1023 / 1024) * 2.0**-2  # LUT offsets 0x9018 (negative), 0x37FF
     np.testing.assert_allclose(sig0, [0.5 + b0, 0.5 + b5, 0.5 - b5], rtol=1e-7)
     assert cm.sfpu("gelu", np.float32([3.5, -3.5]), approx=True).tolist() == [3.5, 0.0]  # relu past 3
+
+
+@pytest.mark.parametrize("fp32_acc", [True, False])
+def test_the_cores_slice_widths_and_folded_phases_are_its_phase_products(fp32_acc):
+    """The widths and the folding the vectorized models use come from the C core: a mask of ``slice_bits`` is the
+    core's whole / high slice, and each fidelity's folded products sum to the core's per-phase products (exactly:
+    every partial product and sum is exact in float64)."""
+    from kohakutt.hal import cardcore as cc
+
+    g = np.random.default_rng(11)
+    a, b = ((g.standard_normal(4096) * 2.0 ** g.integers(-20, 20, 4096)).astype(np.float32) for _ in range(2))
+    for operand in (cc.SRCA, cc.SRCB):
+        for part, phase in ((cc.ALL, cc.PHASE_ALL), (cc.HIGH, 0)):
+            masked = (a.view(np.int32) & np.int32(cc.slice_mask(operand, part, fp32_acc))).view(np.float32)
+            np.testing.assert_array_equal(masked, cc.fidelity_slice(a, operand, phase, fp32_acc))
+    for fid in Fidelity:
+        phases = sum(cc.fidelity_slice(a, cc.SRCA, p, fp32_acc).astype(np.float64)
+                     * cc.fidelity_slice(b, cc.SRCB, p, fp32_acc) for p in range(fid.phases))  # fmt: skip
+        folded = sum(cc.part_slice(a, cc.SRCA, pa, fp32_acc, i == 0).astype(np.float64)
+                     * cc.part_slice(b, cc.SRCB, pb, fp32_acc, i == 0)
+                     for i, (pa, pb) in enumerate(cc.FOLDED_PHASES[fid.phases]))  # fmt: skip
+        np.testing.assert_array_equal(folded, phases, err_msg=fid.name)

@@ -180,7 +180,7 @@ def test_registered_kernel_is_the_program(dev):
     prog = impl.program(spec)
     kinds = {k.kind: k for k in prog.kernels}
     assert set(kinds) == {"reader", "compute", "writer"} and prog.tensors == ("x", "weights", "bias", "out")
-    assert kinds["compute"].fp32_dest_acc_en and kinds["compute"].fidelity == "HiFi2"
+    assert kinds["compute"].fp32_dest_acc_en and kinds["compute"].fidelity.name == "HiFi2"
     assert "tilize_block" in kinds["compute"].source and "matmul_tiles" in kinds["compute"].source
     assert "noc_async_read(" in kinds["reader"].source and "noc_async_write(" in kinds["writer"].source
     assert len(prog.cores()) == dev.card.cores  # 784 M tiles of work over the whole grid

@@ -63,7 +63,7 @@ def describe(name: str, program: Program, buffers: Sequence[Any]) -> dict:
             "compile_time_args": list(k.compile_time_args),
             "defines": dict(k.defines),
             "common_runtime_args": list(k.common_runtime_args),
-            "math_fidelity": str(k.math_fidelity),
+            "math_fidelity": k.fidelity.name,
             "fp32_dest_acc_en": k.fp32_dest_acc_en,
             "math_approx_mode": k.math_approx_mode,
             "dst_full_sync_en": k.dst_full_sync_en,

@@ -21,7 +21,9 @@ from typing import Any
 
 from kohakutt.dsl.metal import ops as opspec
 from kohakutt.dsl.metal.expr import Bits, Const, Expr, Site, Sym, as_expr, caller_site, fail
+from kohakutt.errors import ConfigError
 from kohakutt.hal.layout import Format
+from kohakutt.hal.program import MathFidelity
 
 MAX_CBS = 64  # Blackhole: CB ids 0..63 per core
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -590,14 +592,16 @@ class ProgramBuilder:
         self._kernel("writer", fn, caller_site())
         return fn
 
-    def compute(self, fn: Callable[[Any], None] | None = None, *, fp32_dest: bool = False, fidelity: str = "HiFi4",
-                approx: bool = False) -> Any:  # fmt: skip
+    def compute(self, fn: Callable[[Any], None] | None = None, *, fp32_dest: bool = False,
+                fidelity: str | int | MathFidelity = "HiFi4", approx: bool = False) -> Any:  # fmt: skip
         """The compute kernel: ``@p.compute`` or ``@p.compute(fp32_dest=True, fidelity="HiFi2", approx=False)``.
         ``fp32_dest`` keeps DST in fp32 (4 register slots instead of 8); ``approx`` picks the SFPU's approximate
         exp / log / gelu / sigmoid / tanh / erf (and the kernel's math_approx_mode)."""
         site = caller_site()
-        if fidelity not in ("LoFi", "HiFi2", "HiFi3", "HiFi4"):
-            raise fail(f"p.compute(fidelity={fidelity!r}): LoFi, HiFi2, HiFi3 or HiFi4", site)
+        try:
+            fidelity = MathFidelity.of(fidelity).name
+        except ConfigError:
+            raise fail(f"p.compute(fidelity={fidelity!r}): LoFi, HiFi2, HiFi3 or HiFi4 (or 0, 2, 3, 4)", site) from None
 
         def deco(f: Callable[[Any], None]) -> Callable[[Any], None]:
             self._kernel("compute", f, site, fp32_dest=bool(fp32_dest), fidelity=fidelity, approx=bool(approx))

@@ -14,14 +14,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from kohakutt.errors import ConfigError
 from kohakutt.frontends.tinygrad.counters import HostFallbackWarning, reset, stats
 from kohakutt.frontends.tinygrad.interop import from_torch, to_torch
 from kohakutt.ir.numerics import Fidelity, Numerics
 from kohakutt.ir.numerics import numerics as _numerics
 
 DEVICE = "KTT"
-_TTNN_FIDELITY = {0: Fidelity.LoFi, 2: Fidelity.HiFi2, 3: Fidelity.HiFi3, 4: Fidelity.HiFi4}
 
 
 def register() -> None:
@@ -38,17 +36,8 @@ def register() -> None:
 
 
 def fidelity_of(value: Fidelity | str | int) -> Fidelity:
-    """A fidelity named as TT-NN's ``MathFidelity`` numbers it (0 LoFi, 2 HiFi2, 3 HiFi3, 4 HiFi4), by name, or a
-    :class:`~kohakutt.Fidelity`."""
-    if isinstance(value, Fidelity):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value not in _TTNN_FIDELITY:
-            raise ConfigError(
-                f"fidelity={value} is not one of TT-NN's MathFidelity values: use 0 (LoFi), 2 (HiFi2), "
-                "3 (HiFi3) or 4 (HiFi4), or a name such as 'HiFi2'"
-            )
-        return _TTNN_FIDELITY[value]
+    """A :class:`~kohakutt.Fidelity` from a member, a name or TT-Metal's ``MathFidelity`` number (0 LoFi, 2 HiFi2,
+    3 HiFi3, 4 HiFi4), as ``kohakutt.numerics`` reads it; anything else raises ``ConfigError``."""
     return Fidelity.of(value)
 
 

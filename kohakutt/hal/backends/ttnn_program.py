@@ -55,7 +55,7 @@ def kernel_descriptor(ttnn: Any, program: Program, k: Kernel, args: Mapping[tupl
         )
     if k.kind == "compute":
         config = ttnn.ComputeConfigDescriptor(
-            math_fidelity=getattr(ttnn.MathFidelity, k.fidelity.value),
+            math_fidelity=getattr(ttnn.MathFidelity, k.fidelity.name),
             math_approx_mode=bool(k.math_approx_mode),
             fp32_dest_acc_en=bool(k.fp32_dest_acc_en),
             dst_full_sync_en=bool(k.dst_full_sync_en),

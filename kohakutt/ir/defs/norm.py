@@ -23,24 +23,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kohakutt.errors import DtypeError
 from kohakutt.ir.dtypes import DType, promote
 from kohakutt.ir.numerics import Fidelity, Numerics
-from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, define
+from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, define, float_tensor
 
 FAMILY = "norm"
 NORM_MATH = Numerics(Fidelity.HiFi4, None, None)  # fp32_acc / approx: the provider's default (module docstring)
 F32 = DType.FLOAT32
 EMPTY = (0,)
-
-
-def float_tensor(s: Spec, op: str, what: str) -> TensorSpec:
-    if not isinstance(s, TensorSpec):
-        raise ShapeError(f"{op}: {what} must be a tensor, not the Python number {s}")
-    if not s.dtype.is_float:
-        raise DtypeError(f"{op} needs float tensors, got {what} of dtype {s.dtype.value}; convert it with typecast "
-                         "to float32 or bfloat16 first")  # fmt: skip
-    return s
 
 
 def param_names(params: Any, count: int, op: str, allowed: str = "wb") -> str:

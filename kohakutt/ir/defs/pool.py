@@ -23,7 +23,7 @@ from typing import Any
 from kohakutt.errors import DtypeError
 from kohakutt.ir.dtypes import DType, promote
 from kohakutt.ir.numerics import Fidelity, Numerics
-from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, define
+from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, define, float_tensor
 
 FAMILY = "pool"
 POOL_DEFAULT = Numerics(Fidelity.HiFi4, None, False)
@@ -134,14 +134,6 @@ def adaptive_geometry(
     return batched, lead, spatial, out
 
 
-def _float_input(s: Spec, op: str, name: str = "x") -> TensorSpec:
-    if not isinstance(s, TensorSpec):
-        raise ShapeError(f"{op}: {name} must be a tensor, not the Python number {s}")
-    if not s.dtype.is_float:
-        raise DtypeError(f"{op}: {name} is {s.dtype.value}; pooling takes float tensors (typecast it first)")
-    return s
-
-
 def _out_dtype(s: TensorSpec) -> DType:
     return DType.BFLOAT16 if s.dtype.is_block else s.dtype
 
@@ -155,14 +147,14 @@ def _indices(s: TensorSpec, shape: Sequence[int], op: str) -> TensorSpec:
 
 
 def _max_pool(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
-    x = _float_input(inputs[0], "max_pool")
+    x = float_tensor(inputs[0], "max_pool", "x")
     g = pool_geometry(x.shape, attrs, "max_pool")
     out = [TensorSpec(g.out_shape, _out_dtype(x), x.layout)]
     return [*out, TensorSpec(g.out_shape, DType.INT32)] if attrs["return_indices"] else out
 
 
 def _avg_pool(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
-    x = _float_input(inputs[0], "avg_pool")
+    x = float_tensor(inputs[0], "avg_pool", "x")
     g = pool_geometry(x.shape, attrs, "avg_pool")
     div = attrs["divisor_override"]
     if div is not None and (not isinstance(div, int) or div == 0):
@@ -172,7 +164,7 @@ def _avg_pool(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]
 
 def _adaptive(op: str, with_indices: bool) -> Any:
     def infer(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
-        x = _float_input(inputs[0], op)
+        x = float_tensor(inputs[0], op, "x")
         _, lead, _, out = adaptive_geometry(x.shape, attrs["output_size"], op)
         res = [TensorSpec((*lead, *out), _out_dtype(x), x.layout)]
         return [*res, TensorSpec((*lead, *out), DType.INT32)] if with_indices and attrs["return_indices"] else res
@@ -182,7 +174,7 @@ def _adaptive(op: str, with_indices: bool) -> Any:
 
 def _grad_like_x(op: str, geometry: Any) -> Any:
     def infer(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
-        grad, x = _float_input(inputs[0], op, "grad"), _float_input(inputs[1], op)
+        grad, x = float_tensor(inputs[0], op, "grad"), float_tensor(inputs[1], op, "x")
         out_shape = geometry(x.shape, attrs, op)
         if tuple(grad.shape) != tuple(out_shape):
             raise ShapeError(f"{op}: grad has shape {grad.shape} but the forward pool's output is {out_shape}")

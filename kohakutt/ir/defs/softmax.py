@@ -16,22 +16,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kohakutt.errors import DtypeError
 from kohakutt.ir.dtypes import promote
 from kohakutt.ir.numerics import Fidelity, Numerics
-from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, define, norm_dim
+from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, define, float_tensor, norm_dim
 
 FAMILY = "softmax"
 SOFTMAX_MATH = Numerics(Fidelity.HiFi4, None, None)  # fp32_acc / approx: the provider's default (see above)
-
-
-def _float(s: Spec, op: str, what: str) -> TensorSpec:
-    if not isinstance(s, TensorSpec):
-        raise ShapeError(f"{op}: {what} must be a tensor, not the Python number {s}")
-    if not s.dtype.is_float:
-        raise DtypeError(f"{op} needs float tensors, got {what} of dtype {s.dtype.value}; convert it with typecast "
-                         "to float32 or bfloat16 first")  # fmt: skip
-    return s
 
 
 def softmax_dim(shape: Sequence[int], dim: Any, op: str = "softmax") -> int:
@@ -43,7 +33,7 @@ def softmax_dim(shape: Sequence[int], dim: Any, op: str = "softmax") -> int:
 
 def _forward(op: str):
     def infer(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
-        s = _float(inputs[0], op, "x")
+        s = float_tensor(inputs[0], op, "x")
         softmax_dim(s.shape, attrs["dim"], op)
         return [TensorSpec(s.shape, promote(s.dtype))]
 
@@ -52,7 +42,7 @@ def _forward(op: str):
 
 def _backward(op: str):
     def infer(inputs: Sequence[Spec], attrs: dict[str, Any]) -> list[TensorSpec]:
-        g, y = _float(inputs[0], op, "grad"), _float(inputs[1], op, "y")
+        g, y = float_tensor(inputs[0], op, "grad"), float_tensor(inputs[1], op, "y")
         if g.shape != y.shape:
             raise ShapeError(f"{op}: grad {g} and y {y} must have the same shape (y is the forward's output)")
         softmax_dim(y.shape, attrs["dim"], op)

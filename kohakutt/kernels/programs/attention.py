@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from kohakutt.hal.card import P150A
-from kohakutt.hal.layout import Format
+from kohakutt.hal.layout import TILE_FACE_INDEX, Format, face_index
 from kohakutt.hal.program import (
     CircularBuffer,
     CoreRange,
@@ -77,14 +77,6 @@ CB_SRAW, CB_S, CB_P, CB_MCOL, CB_M, CB_ALPHA, CB_L, CB_O = range(24, 32)
 ARG_NAMES = ("hq", "hkv", "sqt", "skvt", "dt", "dvt", "sq", "skv", "offset", "mask_b_stride", "mask_h_stride",
              "scale_bits")  # fmt: skip
 SHAPE_AT = {"reader": 6, "compute": 2, "writer": 4}
-
-
-def face_index(r: int, c: int) -> int:
-    """Where element (r, c) of a 32 x 32 tile sits in its four 16 x 16 faces (F0 F1 / F2 F3, each row-major)."""
-    return ((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15)
-
-
-_TILE_INDEX = np.array([[face_index(r, c) for c in range(TILE)] for r in range(TILE)], dtype=np.int64)
 
 
 # --------------------------------------------------------------------------------------------------- the C++
@@ -161,7 +153,7 @@ def reader(k: Any) -> None:
     q, kk, v = k.tensor_accessor("q"), k.tensor_accessor("k"), k.tensor_accessor("v")
     mask = k.tensor_accessor("mask") if s.has_mask else None
     ones_row = np.zeros(TILE * TILE, np.uint16)
-    ones_row[_TILE_INDEX[0]] = ONE_BF16
+    ones_row[TILE_FACE_INDEX[0]] = ONE_BF16
     for cb, tile in ((CB_SCALER, np.full(TILE * TILE, ONE_BF16, np.uint16)), (CB_ONES_ROW, ones_row),
                      (CB_FLOOR, np.full(TILE * TILE, FLOOR_BITS, np.uint32)),
                      (CB_ZERO, np.zeros(TILE * TILE, np.uint32))):  # fmt: skip
@@ -199,7 +191,7 @@ def reader(k: Any) -> None:
                     m = k.l1_read(l1, TILE * TILE * 4).view(np.uint32)
                 else:
                     m = np.zeros(TILE * TILE, np.uint32)
-                m[_TILE_INDEX[s.hidden(qt, kt)]] = NEG_INF_BITS
+                m[TILE_FACE_INDEX[s.hidden(qt, kt)]] = NEG_INF_BITS
                 k.l1_write(l1, m)
                 k.cb_push_back(CB_MASK, 1)
             k.cb_reserve_back(CB_V, K_CHUNK_TILES * s.dvt)
@@ -388,7 +380,7 @@ def compute(c: Any) -> None:
         c.cb_pop_front(cb, 1)
 
 
-_COL0 = _TILE_INDEX[:, 0]
+_COL0 = TILE_FACE_INDEX[:, 0]
 
 
 def writer(k: Any) -> None:
@@ -510,7 +502,7 @@ def flash_attention_program(q_shape: Sequence[int], k_shape: Sequence[int], v_sh
     work = Work(dram_bytes=dram, matmul_tiles=pairs * (shape.dt + shape.dvt) + chunks + units,
                 fpu_tiles=pairs * 3 + masked + chunks * (2 + shape.dvt) + units * (shape.dvt + 3),
                 sfpu_tiles=pairs * 2 + chunks + units * 3)  # fmt: skip
-    fid = Fidelity[fidelity] if isinstance(fidelity, str) else Fidelity(fidelity)
+    fid = Fidelity.of(fidelity)
     return Program(
         "flash_attention",
         [

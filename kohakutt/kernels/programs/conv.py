@@ -50,7 +50,7 @@ import numpy as np
 
 from kohakutt.errors import KohakuTTUnsupportedOperator, ProgramError
 from kohakutt.hal.formats import quantize
-from kohakutt.hal.layout import TILE, Format, Layout
+from kohakutt.hal.layout import TILE, TILE_FACE_INDEX, Format, Layout
 from kohakutt.hal.program import (
     CircularBuffer,
     Kernel,
@@ -78,14 +78,6 @@ BF16_MASK = 0xFFFF0000  # float32 bits kept by a truncation to bfloat16
 CB_ACT_RM, CB_ACT, CB_W, CB_BIAS, CB_SPAN, CB_BIAS_ROW = 0, 1, 2, 3, 4, 5
 CB_OUT = 16
 CB_ACC, CB_INTERIM, CB_STAGE = 24, 25, 26
-
-
-def face_index(r: int, c: int) -> int:
-    """Where element (r, c) of a 32 x 32 tile sits in its four 16 x 16 faces (F0 F1 / F2 F3, each row-major)."""
-    return ((r >> 4) * 2 + (c >> 4)) * 256 + (r & 15) * 16 + (c & 15)
-
-
-_TILE_INDEX = np.array([[face_index(r, c) for c in range(TILE)] for r in range(TILE)], dtype=np.int64)
 
 
 # ------------------------------------------------------------------------------------------------ the geometry
@@ -265,7 +257,7 @@ def conv_spec(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping[str
     bias_fmt = None if bias_dtype is None else _row_major_format(bias_dtype, "bias")
     w_fmt = _weight_format(w_dtype)
     shape = _shape(g, fp32_acc, bias_dtype is not None, out_fmt is Format.BFLOAT16, w_fmt, w_resident)
-    fid = Fidelity[fidelity] if isinstance(fidelity, str) else Fidelity(fidelity)
+    fid = Fidelity.of(fidelity)
     return ConvSpec(shape, _row_major_format(x_dtype, "input"), w_fmt, bias_fmt, out_fmt, fid)
 
 
@@ -361,7 +353,7 @@ def _bias_tile(k: Any, s: ConvShape, bias_row: np.ndarray, g: int, t: int, l1: i
     valid = min(TILE, s.kg - t * TILE)
     line[:valid] = bias_row[ch0 : ch0 + valid]
     tile = np.empty(TILE * TILE, bias_row.dtype)
-    tile[_TILE_INDEX] = line[None, :]
+    tile[TILE_FACE_INDEX] = line[None, :]
     k.l1_write(l1, tile)
     _truncate(k, s, CB_BIAS, l1, 1)
 
@@ -531,7 +523,7 @@ def writer(k: Any) -> None:
         g, mt = divmod(u, s.mt)
         for t in range(s.nt):
             k.cb_wait_front(CB_OUT, 1)
-            rows = k.l1_read(k.get_read_ptr(CB_OUT), size).view(_words(fmt))[_TILE_INDEX]  # (pixel, channel)
+            rows = k.l1_read(k.get_read_ptr(CB_OUT), size).view(_words(fmt))[TILE_FACE_INDEX]  # (pixel, channel)
             ch0 = t * TILE
             valid = min(TILE, s.kg - ch0)
             for i0, n, oh, ow0, length in s.runs(mt):

@@ -31,14 +31,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from kohakutt.hal import formats
+from kohakutt.hal import cardcore, formats
 from kohakutt.hal.card import P150A
 from kohakutt.hal.layout import TILE, Format
 from kohakutt.hal.program import (
     CircularBuffer,
     CoreRange,
     Kernel,
-    MathFidelity,
     Program,
     Work,
     split_work,
@@ -160,6 +159,19 @@ def _pack_to(c: Any, *cbs: int) -> None:
         c.cb_push_back(cb, 1)
 
 
+def _tile_pair(c: Any, op: str, a: int, b: int, *outs: int) -> None:
+    """One tile of ``a`` and of ``b`` through ``add_tiles`` / ``mul_tiles`` into DST 0, popped, packed to ``outs``."""
+    c.cb_wait_front(a, 1)
+    c.cb_wait_front(b, 1)
+    c.tile_regs_acquire()
+    getattr(c, f"{op}_tiles_init")(a, b)
+    getattr(c, f"{op}_tiles")(a, b, 0, 0, 0)
+    c.tile_regs_commit()
+    c.cb_pop_front(a, 1)
+    c.cb_pop_front(b, 1)
+    _pack_to(c, *outs)
+
+
 def _row_sum(c: Any, cb: int, wt_n: int, w_last: int) -> None:
     c.mm_init_short(cb, CB_ONES)
     for wt in range(wt_n):
@@ -178,15 +190,7 @@ def _compute(c: Any) -> None:
     for _ in range(rows):
         if fused:
             for _wt in range(wt_n):
-                c.cb_wait_front(CB_X, 1)
-                c.cb_wait_front(CB_RES, 1)
-                c.tile_regs_acquire()
-                c.add_tiles_init(CB_X, CB_RES)
-                c.add_tiles(CB_X, CB_RES, 0, 0, 0)
-                c.tile_regs_commit()
-                c.cb_pop_front(CB_X, 1)
-                c.cb_pop_front(CB_RES, 1)
-                _pack_to(c, CB_S, CB_S_OUT)
+                _tile_pair(c, "add", CB_X, CB_RES, CB_S, CB_S_OUT)
         c.cb_wait_front(cb_s, wt_n)
         if not rms:
             c.tile_regs_acquire()
@@ -239,26 +243,9 @@ def _compute(c: Any) -> None:
                 c.cb_pop_front(CB_D, 1)
             _pack_to(c, CB_T1 if gamma or beta else CB_Y)
             if gamma:
-                c.cb_wait_front(CB_T1, 1)
-                c.cb_wait_front(CB_GAMMA, 1)
-                c.tile_regs_acquire()
-                c.mul_tiles_init(CB_T1, CB_GAMMA)
-                c.mul_tiles(CB_T1, CB_GAMMA, 0, 0, 0)
-                c.tile_regs_commit()
-                c.cb_pop_front(CB_T1, 1)
-                c.cb_pop_front(CB_GAMMA, 1)
-                _pack_to(c, CB_T2 if beta else CB_Y)
+                _tile_pair(c, "mul", CB_T1, CB_GAMMA, CB_T2 if beta else CB_Y)
             if beta:
-                shifted = CB_T2 if gamma else CB_T1
-                c.cb_wait_front(shifted, 1)
-                c.cb_wait_front(CB_BETA, 1)
-                c.tile_regs_acquire()
-                c.add_tiles_init(shifted, CB_BETA)
-                c.add_tiles(shifted, CB_BETA, 0, 0, 0)
-                c.tile_regs_commit()
-                c.cb_pop_front(shifted, 1)
-                c.cb_pop_front(CB_BETA, 1)
-                _pack_to(c, CB_Y)
+                _tile_pair(c, "add", CB_T2 if gamma else CB_T1, CB_BETA, CB_Y)
         c.cb_pop_front(cb_s, wt_n)
         if not rms:
             c.cb_pop_front(CB_MEAN, 1)
@@ -355,7 +342,7 @@ def rowwise_program(cfg: NormConfig, rows: int, max_cores: int = 8) -> Program:
         [Kernel("reader", SOURCES / "reader.cpp", cores, _reader, compile_time_args=accessors(ins),
                 defines=cfg.defines),
          Kernel("compute", SOURCES / "compute.cpp", cores, _compute, defines=cfg.defines,
-                math_fidelity=MathFidelity(cfg.fidelity.name), fp32_dest_acc_en=True),
+                math_fidelity=cfg.fidelity, fp32_dest_acc_en=True),
          Kernel("writer", SOURCES / "writer.cpp", cores, _writer, compile_time_args=accessors(outs),
                 defines=cfg.defines)],
         cbs, runtime_args=args, tensors=names, work=work,
@@ -396,39 +383,43 @@ def run_rowwise_program(
 
 
 # ------------------------------------------------------------------------------------------- the vectorized model
-def _mask(bits: int) -> int:
-    """The int32 mask keeping a float32's sign, exponent and top ``bits`` significant bits."""
-    m = (0xFFFFFFFF << (24 - bits)) & 0xFFFFFFFF
-    return m - (1 << 32) if m >= 1 << 31 else m
-
-
 def cut(t: torch.Tensor, bits: int) -> torch.Tensor:
     """float32 ``t`` truncated to ``bits`` significant bits (as the unpacker and the multiplier see it)."""
-    return (t.contiguous().view(torch.int32) & _mask(bits)).view(torch.float32)
+    return (t.contiguous().view(torch.int32) & cardcore.bits_mask(bits)).view(torch.float32)
 
 
 def cut_(t: torch.Tensor, bits: int) -> torch.Tensor:
     """:func:`cut` in place (``t`` contiguous float32); returns ``t``."""
-    t.view(torch.int32).bitwise_and_(_mask(bits))
+    t.view(torch.int32).bitwise_and_(cardcore.bits_mask(bits))
     return t
+
+
+def _part(t: torch.Tensor, operand: int, part: str) -> torch.Tensor:
+    """The card core's ``part`` of source-register values ``t`` as ``operand``, with an fp32 DST (a SrcB value is
+    whole as it is: its register keeps every TF32 bit)."""
+    if part == cardcore.LOW:
+        return _part(t, operand, cardcore.ALL) - cut(t, cardcore.slice_bits(operand, cardcore.HIGH))
+    if part == cardcore.ALL and operand == cardcore.SRCB:
+        return t
+    return cut(t, cardcore.slice_bits(operand, part))
 
 
 def fpu_mul_(a: torch.Tensor, b: torch.Tensor, fidelity: Fidelity) -> torch.Tensor:
     """:func:`fpu_mul` into ``a`` (contiguous float32, overwritten); returns the product."""
     if fidelity != Fidelity.HiFi4:
         return fpu_mul(a, b, fidelity)
-    return cut_(a, 10).mul_(b)
+    return cut_(a, cardcore.slice_bits(cardcore.SRCA, cardcore.ALL)).mul_(b)
 
 
 def fpu_mul(a: torch.Tensor, b: torch.Tensor, fidelity: Fidelity) -> torch.Tensor:
-    """``mul_tiles`` with an fp32 DST on TF32 source values: a in SrcA (10 bits used), b in SrcB (11), the fidelity's
-    passes summed; every partial sum is exact, so each form here is one exact product (or two summed)."""
-    if fidelity == Fidelity.HiFi4:
-        return cut(a, 10) * b
-    if fidelity == Fidelity.LoFi:
-        return cut(a, 5) * cut(b, 7)
-    a10, b7 = cut(a, 10), cut(b, 7)
-    return a10 * b7 if fidelity == Fidelity.HiFi2 else a10 * b7 + cut(a, 5) * (b - b7)
+    """``mul_tiles`` with an fp32 DST on TF32 source values, a in SrcA and b in SrcB: the card core's folded phases
+    (``cardcore.FOLDED_PHASES``), each one exact product, summed."""
+    out = None
+    for pa, pb in cardcore.FOLDED_PHASES[fidelity.phases]:
+        p = _part(a, cardcore.SRCA, pa) * _part(b, cardcore.SRCB, pb)
+        out = p if out is None else out + p
+    assert out is not None
+    return out
 
 
 def _store(t: torch.Tensor, fmt: Format) -> torch.Tensor:
@@ -445,7 +436,9 @@ def _row_mean(src: torch.Tensor, width: int, fidelity: Fidelity) -> torch.Tensor
     DST with one fp32 rounding), then ``* fp32(1/W)`` on the SFPU. ``src`` holds source-register values."""
     rows = src.shape[0]
     wt = max(1, -(-width // TILE))
-    srcb = src if fidelity >= Fidelity.HiFi3 else cut(src, 7)  # the data sits in SrcB, the ones in SrcA
+    srcb = src  # the data sits in SrcB, the ones in SrcA: phases that take only SrcB's high part keep just that
+    if all(pb == cardcore.HIGH for _, pb in cardcore.FOLDED_PHASES[fidelity.phases]):
+        srcb = cut(src, cardcore.slice_bits(cardcore.SRCB, cardcore.HIGH))
     if width % TILE:
         srcb = torch.nn.functional.pad(srcb, (0, wt * TILE - width))
     # exact per-tile sums (NumPy's float64 reduce converts on the fly, far faster than a float64 copy)

@@ -157,6 +157,23 @@ def test_numerics_scope_narrows_matmul_precision():
     assert ktg.fidelity_of("HiFi3") == ktg.fidelity_of(3)
 
 
+def test_fidelity_has_one_meaning_in_both_scopes():
+    """tinygrad's ``numerics(fidelity=)`` and ``kohakutt.numerics`` read a number alike (TT-Metal's MathFidelity)."""
+    import kohakutt
+
+    g = np.random.default_rng(5)
+    a, b = g.standard_normal((8, 64)).astype(np.float32), g.standard_normal((64, 8)).astype(np.float32)
+    got = {}
+    for scope in (ktg.numerics, kohakutt.numerics):
+        for fid in (2, "HiFi2", 3):
+            with scope(fidelity=fid, fp32_matmul="high") as num:
+                got[scope, fid] = (Tensor(a, device="KTT") @ Tensor(b, device="KTT")).numpy()
+            assert num.fidelity is kohakutt.Fidelity.of(fid) and int(num.fidelity) == (fid if fid != "HiFi2" else 2)
+    for scope in (ktg.numerics, kohakutt.numerics):
+        assert np.array_equal(got[scope, 2], got[ktg.numerics, "HiFi2"])
+        assert not np.array_equal(got[scope, 2], got[scope, 3])
+
+
 def test_random_on_the_card_is_reproducible():
     before = counters.stats()["random_kernels"]
     Tensor.manual_seed(5)

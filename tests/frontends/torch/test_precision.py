@@ -162,6 +162,24 @@ def test_numerics_scope_overrides_torch():
         pass
 
 
+def test_fidelity_takes_tt_metals_numbers_names_and_the_enum():
+    """``kohakutt.numerics(fidelity=)`` reads numbers as TT-Metal's MathFidelity does (0 LoFi, 2 HiFi2, 3 HiFi3,
+    4 HiFi4), as the tinygrad frontend does: 2, "HiFi2" and Fidelity.HiFi2 run the same bits; 1 is refused."""
+    a, b = gen(9, 33, 70).to(torch.bfloat16), gen(10, 70, 45).to(torch.bfloat16)
+    out = {}
+    for fid in (2, "hifi2", kohakutt.Fidelity.HiFi2, 3, "HiFi3", 4):
+        with kohakutt.numerics(fidelity=fid) as num:
+            out[fid] = (a.to(TT) @ b.to(TT)).cpu()
+        assert num.fidelity is kohakutt.Fidelity.of(fid)
+    assert torch.equal(out[2], out["hifi2"]) and torch.equal(out[2], out[kohakutt.Fidelity.HiFi2])
+    assert torch.equal(out[3], out["HiFi3"]) and not torch.equal(out[2], out[3])
+    ref = a.double() @ b.double()
+    assert (out[2].double() - ref).abs().max() > (out[4].double() - ref).abs().max()  # HiFi2 keeps fewer bits
+    for bad in (1, 5, "HiFi5", True):
+        with pytest.raises(ConfigError, match="unknown math fidelity"), kohakutt.numerics(fidelity=bad):
+            pass
+
+
 def test_a_captured_step_keeps_the_mode_it_was_captured_in():
     """Numerics are recorded per op when queued: a replay runs as captured, whatever the setting is later."""
     a, b = gen(7, 33, 70).to(TT), gen(8, 70, 45).to(TT)

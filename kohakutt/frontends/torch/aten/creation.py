@@ -15,8 +15,8 @@ import torch
 from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.frontends.torch import tensors
 from kohakutt.frontends.torch.aten.core import fill_scalar
-from kohakutt.frontends.torch.aten.movement import nonzero_rows, scratch
-from kohakutt.frontends.torch.aten.registry import ir, kernel, resize_out, to_meta
+from kohakutt.frontends.torch.aten.movement import nonzero_rows
+from kohakutt.frontends.torch.aten.registry import ir, kernel, resize_out, scratch, to_meta
 
 aten = torch.ops.aten
 

@@ -18,8 +18,7 @@ import math
 from typing import Any
 
 import torch
-from kohakutt.frontends.torch.aten.movement import composite
-from kohakutt.frontends.torch.aten.registry import Args, kernel
+from kohakutt.frontends.torch.aten.registry import Args, composite, kernel
 
 NEG = -math.inf
 _IR = ("gather", "maximum", "sub", "exp", "add", "log", "where", "copy")

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import torch
 from kohakutt.errors import KohakuTTUnsupportedOperator
-from kohakutt.frontends.torch.aten.movement import composite
-from kohakutt.frontends.torch.aten.registry import Args, kernel
+from kohakutt.frontends.torch.aten.registry import Args, composite, kernel
 
 SUM, MEAN, MAX = 0, 1, 2
 

@@ -18,9 +18,7 @@ import math
 from typing import Any
 
 import torch
-from kohakutt.frontends.torch.aten.movement import composite
-from kohakutt.frontends.torch.aten.reduce import release
-from kohakutt.frontends.torch.aten.registry import Args, computed, ir
+from kohakutt.frontends.torch.aten.registry import Args, composite, computed, ir, release
 from kohakutt.ir.numerics import numerics
 from kohakutt.kernels.tensor import DeviceTensor
 

@@ -32,8 +32,7 @@ PyTorch's CPU kernels refuse bfloat16 for these; ``tt`` factors bfloat16 in floa
 from __future__ import annotations
 
 import torch
-from kohakutt.frontends.torch.aten.movement import composite
-from kohakutt.frontends.torch.aten.registry import Args
+from kohakutt.frontends.torch.aten.registry import Args, composite
 
 aten = torch.ops.aten
 _F32 = torch.float32

@@ -30,8 +30,7 @@ import math
 
 import torch
 from kohakutt.frontends.torch.aten.linalg_decomp import _fold, _form_q, householder_qr
-from kohakutt.frontends.torch.aten.movement import composite
-from kohakutt.frontends.torch.aten.registry import Args
+from kohakutt.frontends.torch.aten.registry import Args, composite
 
 _F32 = torch.float32
 U32 = 2.0**-24

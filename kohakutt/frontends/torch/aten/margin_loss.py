@@ -20,8 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from kohakutt.frontends.torch.aten.movement import composite
-from kohakutt.frontends.torch.aten.registry import Args, kernel
+from kohakutt.frontends.torch.aten.registry import Args, composite, kernel
 
 _F32 = torch.float32
 _MEAN, _SUM = 1, 2

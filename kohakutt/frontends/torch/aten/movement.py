@@ -25,11 +25,14 @@ from kohakutt.frontends.torch import tensors
 from kohakutt.frontends.torch.aten.registry import (
     KERNELS,
     Args,
+    as_dtype,
+    composite,
     computed,
-    device_index,
+    index_of,
     ir,
     kernel,
     overload,
+    scratch,
     to_meta,
 )
 from kohakutt.ir.ops import ShapeError
@@ -39,35 +42,6 @@ _INDEX_DTYPES = (torch.int64, torch.int32)
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
-def scratch(shape: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
-    """A new contiguous tt tensor for intermediate results (torch owns it: freed, stream-ordered, when dropped)."""
-    return tensors.new(list(shape), None, dtype, index)
-
-
-def as_dtype(x: Any, dtype: torch.dtype) -> Any:
-    """``x`` converted to ``dtype`` on its device (numbers and tensors already in ``dtype`` pass through)."""
-    return x.to(dtype) if isinstance(x, torch.Tensor) and x.dtype != dtype else x
-
-
-def index_of(*xs: Any) -> int:
-    """The chip the tt tensors among ``xs`` live on (the same-device error of PyTorch when they disagree)."""
-    found: set[str] = set()
-    to_meta(list(xs), found)
-    return device_index(found)
-
-
-def composite(*names: str, ir_ops: Sequence[str] = ()) -> Callable:
-    """:func:`computed` for an op written as other tt ops (marked "composite" in the kernel table)."""
-
-    def deco(impl: Callable[[Args, list[torch.Tensor]], None]) -> Callable:
-        computed(*names, ir=ir_ops)(impl)
-        for n in names:
-            KERNELS[n].kind = "composite"
-        return impl
-
-    return deco
-
-
 def _start(a: Args, outs: list[torch.Tensor]) -> torch.Tensor:
     """The output of an op that updates a copy of ``self``: ``self`` itself in place, else ``outs[0]`` holding it."""
     dst = outs[0]

@@ -26,17 +26,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from kohakutt import kernels as kk
 from kohakutt.errors import DtypeError, KohakuTTUnsupportedOperator
 from kohakutt.frontends.torch import precision, runtime, tensors
-from kohakutt.frontends.torch.aten.registry import Args, _same_device_error, computed, kernel
-from kohakutt.frontends.torch.tensors import FROM_IR
-from kohakutt.ir import ops as irops
+from kohakutt.frontends.torch.aten.registry import Args, _same_device_error, computed, ir_tensors, kernel
 from kohakutt.ir.defs.conv import CONV_ATTRS, conv_geometry
-from kohakutt.ir.dtypes import DType
-from kohakutt.ir.ops import ScalarSpec, Spec, TensorSpec
-from kohakutt.kernels import registry as kreg
-from kohakutt.kernels.conv import ttnn_supports
 
 aten = torch.ops.aten
 MEAN, SUM = 1, 2  # aten's reduction enum: 0 none, 1 mean, 2 sum
@@ -60,15 +53,6 @@ class Card:
             raise _same_device_error(devs | {"tt:0"} if not tt else devs)
         return cls(int(tt[0].partition(":")[2] or 0))
 
-    def operand(self, x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            if x.device.type == "tt":
-                return tensors.to_device_tensor(x)
-            if x.dim() == 0:
-                return x.item()
-            raise _same_device_error({f"tt:{self.index}", str(x.device)})
-        return x
-
     def __call__(
         self,
         op: str,
@@ -77,25 +61,7 @@ class Card:
         provider: str | None = None,
         **attrs: Any,
     ) -> list[torch.Tensor]:
-        ops = [self.operand(x) for x in inputs]
-        if out is None:
-            d = irops.get(op)
-            specs = d.infer([_spec(o) for o in ops], d.bind_attrs(attrs))
-            out = [tensors.new(s.shape, None, _torch_dtype(s.dtype), self.index) for s in specs]
-        out = list(out)
-        if all(o.numel() == 0 for o in out):
-            return out  # nothing to write
-        kk.run(
-            op,
-            ops,
-            attrs,
-            out=[tensors.to_device_tensor(o) for o in out],
-            device=self.dev,
-            stream=runtime.current_stream(self.index),
-            provider=provider,
-            defaults=precision.defaults(),
-        )
-        return out
+        return ir_tensors(op, inputs, attrs, out, self.index, provider)
 
     def one(self, op: str, *inputs: Any, **kw: Any) -> torch.Tensor:
         return self(op, *inputs, **kw)[0]
@@ -105,19 +71,6 @@ class Card:
 
     def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
         return tensors.new(shape, None, dtype, self.index)
-
-    def own_kernel(self, op: str) -> str | None:
-        """Provider "ktt" when Kohaku-TT's kernel exists for ``op`` (for cases TT-NN's kernels cannot run)."""
-        return "ktt" if "ktt" in kreg.providers(op, self.dev.backend.name) else None
-
-
-def _spec(x: Any) -> Spec:
-    spec = getattr(x, "spec", None)  # a device tensor, or a mesh tensor (kohakutt.mesh)
-    return spec if isinstance(spec, TensorSpec) else ScalarSpec(x)
-
-
-def _torch_dtype(dt: DType) -> torch.dtype:
-    return FROM_IR.get(dt, torch.bfloat16 if dt.is_float else torch.int32)
 
 
 def _ints(v: Any, d: int, default: Sequence[int] | None = None) -> tuple[int, ...] | None:
@@ -191,8 +144,7 @@ def convolution(
     attrs = _conv_attrs(stride, padding, dilation, transposed, output_padding, groups, weight.dim() - 2)
     g = conv_geometry(tuple(input.shape), tuple(weight.shape), attrs, "convolution")
     out = tensors.new(g.out_shape, _conv_layout(input, weight, g.out_shape), input.dtype, card.index)
-    provider = card.own_kernel("conv") if ttnn_supports(g) else None  # e.g. transposed 3-d: Kohaku-TT's kernel
-    card("conv", input, weight, *([bias] if bias is not None else []), out=[out], provider=provider, **attrs)
+    card("conv", input, weight, *([bias] if bias is not None else []), out=[out], **attrs)
     return out
 
 
@@ -237,101 +189,55 @@ def _window(a: Args, d: int, dilation: bool = True) -> dict[str, Any]:
     return attrs
 
 
-def _pool_provider(card: Card, op: str, d: int, adaptive_indices: bool = False) -> str | None:
-    return card.own_kernel(op) if d == 3 or adaptive_indices else None  # TT-NN pools 1-d / 2-d windows only
-
-
-def _max_pool(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        card = Card(a._index)
-        card("max_pool", a.self, out=outs, provider=_pool_provider(card, "max_pool", d), **_window(a, d),
-             return_indices=True)  # fmt: skip
-
-    return impl
-
-
-def _max_pool_backward(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        card = Card(a._index)
-        idx = card.cast(a.indices, torch.int32)
-        card("max_pool_backward", a.grad_output, a.self, idx, out=outs, **_window(a, d))
-
-    return impl
-
-
 def _avg_attrs(a: Args, d: int) -> dict[str, Any]:
     div = a.divisor_override
     return {**_window(a, d, dilation=False), "count_include_pad": bool(a.count_include_pad),
             "divisor_override": None if div is None else int(div)}  # fmt: skip
 
 
-def _avg_pool(d: int):
+def _indices(a: Args, card: Card) -> torch.Tensor:
+    return card.cast(a.indices, torch.int32)
+
+
+def _out_size(a: Args, d: int) -> dict[str, Any]:
+    return {"output_size": tuple(int(s) for s in a.output_size)}
+
+
+def _grad_size(a: Args, d: int) -> dict[str, Any]:
+    return {"output_size": tuple(a.grad_output.shape[-d:])}
+
+
+# aten name (``{d}`` the pooled dims), its out overload's suffix, the IR ops it queues, its operands (after the
+# input, or the output gradient and the input for a backward) and its attributes
+_POOLS: tuple[tuple[str, str, tuple[str, ...], Callable[..., list], Callable[[Args, int], dict]], ...] = (
+    ("max_pool{d}d_with_indices", "out", ("max_pool",), lambda a, c: [],
+     lambda a, d: {**_window(a, d), "return_indices": True}),
+    ("max_pool{d}d_with_indices_backward", "grad_input", ("max_pool_backward", "typecast"),
+     lambda a, c: [_indices(a, c)], _window),
+    ("avg_pool{d}d", "out", ("avg_pool",), lambda a, c: [], _avg_attrs),
+    ("avg_pool{d}d_backward", "grad_input", ("avg_pool_backward",), lambda a, c: [], _avg_attrs),
+    ("_adaptive_avg_pool{d}d", "out", ("adaptive_avg_pool",), lambda a, c: [], _out_size),
+    ("_adaptive_avg_pool{d}d_backward", "out", ("adaptive_avg_pool_backward",), lambda a, c: [], _grad_size),
+    ("adaptive_max_pool{d}d", "out", ("adaptive_max_pool",), lambda a, c: [],
+     lambda a, d: {**_out_size(a, d), "return_indices": True}),
+    ("adaptive_max_pool{d}d_backward", "grad_input", ("adaptive_max_pool_backward", "typecast"),
+     lambda a, c: [_indices(a, c)], _grad_size),
+)  # fmt: skip
+
+
+def _pool(op: str, operands: Callable[..., list], attrs: Callable[[Args, int], dict], d: int) -> Callable:
     def impl(a: Args, outs: list[torch.Tensor]) -> None:
         card = Card(a._index)
-        card("avg_pool", a.self, out=outs, provider=_pool_provider(card, "avg_pool", d), **_avg_attrs(a, d))
-
-    return impl
-
-
-def _avg_pool_backward(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        Card(a._index)("avg_pool_backward", a.grad_output, a.self, out=outs, **_avg_attrs(a, d))
-
-    return impl
-
-
-def _adaptive_avg(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        card = Card(a._index)
-        size = tuple(int(s) for s in a.output_size)
-        card("adaptive_avg_pool", a.self, out=outs, provider=_pool_provider(card, "adaptive_avg_pool", d),
-             output_size=size)  # fmt: skip
-
-    return impl
-
-
-def _adaptive_avg_backward(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        size = tuple(a.grad_output.shape[-d:])
-        Card(a._index)("adaptive_avg_pool_backward", a.grad_output, a.self, out=outs, output_size=size)
-
-    return impl
-
-
-def _adaptive_max(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        card = Card(a._index)
-        size = tuple(int(s) for s in a.output_size)
-        card("adaptive_max_pool", a.self, out=outs, provider=_pool_provider(card, "adaptive_max_pool", d, True),
-             output_size=size, return_indices=True)  # fmt: skip
-
-    return impl
-
-
-def _adaptive_max_backward(d: int):
-    def impl(a: Args, outs: list[torch.Tensor]) -> None:
-        card = Card(a._index)
-        idx = card.cast(a.indices, torch.int32)
-        size = tuple(a.grad_output.shape[-d:])
-        card("adaptive_max_pool_backward", a.grad_output, a.self, idx, out=outs, output_size=size)
+        lead = [a.grad_output, a.self] if op.endswith("_backward") else [a.self]
+        card(op, *lead, *operands(a, card), out=outs, **attrs(a, d))
 
     return impl
 
 
 for _d in (2, 3):
-    computed(f"max_pool{_d}d_with_indices", f"max_pool{_d}d_with_indices.out", ir=("max_pool",))(_max_pool(_d))
-    computed(f"max_pool{_d}d_with_indices_backward", f"max_pool{_d}d_with_indices_backward.grad_input",
-             ir=("max_pool_backward", "typecast"))(_max_pool_backward(_d))  # fmt: skip
-    computed(f"avg_pool{_d}d", f"avg_pool{_d}d.out", ir=("avg_pool",))(_avg_pool(_d))
-    computed(f"avg_pool{_d}d_backward", f"avg_pool{_d}d_backward.grad_input", ir=("avg_pool_backward",))(
-        _avg_pool_backward(_d)
-    )
-    computed(f"_adaptive_avg_pool{_d}d", f"_adaptive_avg_pool{_d}d.out", ir=("adaptive_avg_pool",))(_adaptive_avg(_d))
-    computed(f"_adaptive_avg_pool{_d}d_backward", f"_adaptive_avg_pool{_d}d_backward.out",
-             ir=("adaptive_avg_pool_backward",))(_adaptive_avg_backward(_d))  # fmt: skip
-    computed(f"adaptive_max_pool{_d}d", f"adaptive_max_pool{_d}d.out", ir=("adaptive_max_pool",))(_adaptive_max(_d))
-    computed(f"adaptive_max_pool{_d}d_backward", f"adaptive_max_pool{_d}d_backward.grad_input",
-             ir=("adaptive_max_pool_backward", "typecast"))(_adaptive_max_backward(_d))  # fmt: skip
+    for _name, _suffix, _ir, _operands, _attrs in _POOLS:
+        _aten = _name.format(d=_d)
+        computed(_aten, f"{_aten}.{_suffix}", ir=_ir)(_pool(_ir[0], _operands, _attrs, _d))
 
 
 # -------------------------------------------------------------------------------------------------------- embedding
@@ -344,8 +250,7 @@ def _embedding(a: Args, outs: list[torch.Tensor]) -> None:
 def _embedding_backward(a: Args, outs: list[torch.Tensor]) -> None:
     card = Card(a._index)
     pad = int(a.padding_idx)
-    provider = card.own_kernel("embedding_backward") if a.scale_grad_by_freq else None  # TT-NN's has no scaling
-    card("embedding_backward", a.grad_output, a.indices, out=outs, provider=provider, num_weights=int(a.num_weights),
+    card("embedding_backward", a.grad_output, a.indices, out=outs, num_weights=int(a.num_weights),
          padding_idx=None if pad < 0 else pad, scale_grad_by_freq=bool(a.scale_grad_by_freq))  # fmt: skip
 
 
@@ -525,33 +430,24 @@ def native_batch_norm_legit_functional(
     return y, sm, si, rm, rv
 
 
-@kernel("_batch_norm_with_update", ir=("batch_norm",))
-def batch_norm_with_update(
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    running_mean: torch.Tensor,
-    running_var: torch.Tensor,
-    momentum: float,
-    eps: float,
-) -> tuple[torch.Tensor, ...]:
-    y, sm, si, _, _ = batch_norm_forward(input, weight, bias, running_mean, running_var, True, momentum, eps)
-    return y, sm, si, Card.of(input).empty((0,), torch.uint8)
+def _update_form(training_of: Callable[[Any], bool]) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """A (y, save_mean, save_invstd, reserve) overload of ``input, weight, bias, running_mean, running_var, momentum,
+    eps``; ``training_of(running_mean)`` says whether it normalizes with the batch's statistics."""
+
+    def form(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, running_mean: Any,
+             running_var: Any, momentum: float, eps: float) -> tuple[torch.Tensor, ...]:  # fmt: skip
+        training = training_of(running_mean)
+        y, sm, si, _, _ = batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)
+        return y, sm, si, Card.of(input).empty((0,), torch.uint8)
+
+    return form
 
 
-@kernel("_batch_norm_no_update", ir=("batch_norm",))
-def batch_norm_no_update(
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    running_mean: torch.Tensor | None,
-    running_var: torch.Tensor | None,
-    momentum: float,
-    eps: float,
-) -> tuple[torch.Tensor, ...]:
-    training = running_mean is None
-    y, sm, si, _, _ = batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)
-    return y, sm, si, Card.of(input).empty((0,), torch.uint8)
+for _name, _form in {
+    "_batch_norm_with_update": _update_form(lambda running_mean: True),
+    "_batch_norm_no_update": _update_form(lambda running_mean: running_mean is None),  # no running stats: batch's
+}.items():
+    kernel(_name, ir=("batch_norm",))(_form)
 
 
 def batch_norm_grad(
@@ -597,43 +493,26 @@ def _grad_input_strides(grad_out: torch.Tensor, input: torch.Tensor, train: bool
     return compute_elementwise_output_strides(grad_out, input) if train else tensors.preserved_strides(grad_out)
 
 
-@kernel("native_batch_norm_backward", ir=("batch_norm_backward",))
-def native_batch_norm_backward(
-    grad_out: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    running_mean: torch.Tensor | None,
-    running_var: torch.Tensor | None,
-    save_mean: torch.Tensor | None,
-    save_invstd: torch.Tensor | None,
-    train: bool,
-    eps: float,
-    output_mask: list[bool],
-) -> tuple[torch.Tensor | None, ...]:
-    return batch_norm_grad(
-        grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask
-    )
+def _backward_form(updating: bool) -> Callable[..., tuple[torch.Tensor | None, ...]]:
+    """A batch-norm backward overload: ``grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
+    train, eps, output_mask`` (native_batch_norm_backward), or with ``updating`` (batch_norm_backward) ``update`` in
+    place of ``train`` and a ``reserve`` after: _batch_norm_with_update's forward trained, _batch_norm_no_update's
+    normalized with batch statistics only when it had no running ones (its evaluation returns the running statistics
+    as save_mean / save_invstd, as on CUDA)."""
+
+    def form(grad_out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None, running_mean: Any,
+             running_var: Any, save_mean: Any, save_invstd: Any, train: bool, eps: float, output_mask: list[bool],
+             *reserve: Any) -> tuple[torch.Tensor | None, ...]:  # fmt: skip
+        if updating:
+            train = bool(train) or running_mean is None or running_var is None
+        return batch_norm_grad(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                               output_mask)  # fmt: skip
+
+    return form
 
 
-@kernel("batch_norm_backward", ir=("batch_norm_backward",))
-def batch_norm_backward(
-    grad_out: torch.Tensor,
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    running_mean: torch.Tensor | None,
-    running_var: torch.Tensor | None,
-    save_mean: torch.Tensor | None,
-    save_var: torch.Tensor | None,
-    update: bool,
-    eps: float,
-    output_mask: list[bool],
-    reserve: torch.Tensor,
-) -> tuple[torch.Tensor | None, ...]:
-    # update: _batch_norm_with_update's; _batch_norm_no_update normalizes with batch statistics only when it has no
-    # running ones (its evaluation returns the running statistics as save_mean / save_invstd, as on CUDA)
-    train = bool(update) or running_mean is None or running_var is None
-    return batch_norm_grad(grad_out, input, weight, running_mean, running_var, save_mean, save_var, train, eps,
-                           output_mask)  # fmt: skip
+kernel("native_batch_norm_backward", ir=("batch_norm_backward",))(_backward_form(updating=False))
+kernel("batch_norm_backward", ir=("batch_norm_backward",))(_backward_form(updating=True))
 
 
 def _rms_norm_forward(

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from kohakutt.frontends.torch import tensors
 from kohakutt.frontends.torch.aten.core import copy_from, fill_scalar
-from kohakutt.frontends.torch.aten.reduce import extreme, release
-from kohakutt.frontends.torch.aten.registry import _Binder, ir, kernel, overload
+from kohakutt.frontends.torch.aten.reduce import extreme
+from kohakutt.frontends.torch.aten.registry import _Binder, ir, kernel, overload, release
 from kohakutt.ir.ops import ShapeError
 from kohakutt.kernels.tensor import DeviceTensor
 from kohakutt.mesh.storage import MeshTensor

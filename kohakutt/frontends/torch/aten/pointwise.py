@@ -17,8 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from kohakutt.frontends.torch.aten.reduce import release
-from kohakutt.frontends.torch.aten.registry import Args, computed, ir
+from kohakutt.frontends.torch.aten.registry import Args, computed, ir, release
 
 aten = torch.ops.aten
 

@@ -25,8 +25,7 @@ import torch
 from kohakutt.errors import DeviceError, DtypeError
 from kohakutt.frontends.torch import tensors
 from kohakutt.frontends.torch.aten.core import fill_scalar
-from kohakutt.frontends.torch.aten.movement import as_dtype, scratch
-from kohakutt.frontends.torch.aten.registry import Args, computed, ir, kernel
+from kohakutt.frontends.torch.aten.registry import Args, as_dtype, computed, ir, kernel, scratch
 from kohakutt.ir.ops import ShapeError
 from kohakutt.kernels import runner
 

@@ -24,9 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from kohakutt.frontends.torch import runtime, tensors
-from kohakutt.frontends.torch.aten.registry import Args, computed, ir, kernel
-from kohakutt.kernels.tensor import DeviceTensor
+from kohakutt.frontends.torch import tensors
+from kohakutt.frontends.torch.aten.registry import Args, computed, ir, kernel, release
 
 Impl = Callable[[Args, list[torch.Tensor]], None]
 
@@ -44,13 +43,6 @@ def _dtype(dt: torch.dtype | None) -> str | None:
 
 def _scalar(x: Any) -> Any:
     return x.item() if isinstance(x, torch.Tensor) else x
-
-
-def release(index: int, *scratch: DeviceTensor) -> None:
-    """Free intermediate device tensors once the work queued so far (which reads them) is done."""
-    dev, stream = runtime.device(index), runtime.current_stream(index)
-    for t in scratch:
-        dev.free(t.buffer, stream)
 
 
 # ------------------------------------------------------------------------------------- sum, mean, prod, min, max

@@ -18,7 +18,9 @@ from typing import Any
 import torch
 from kohakutt import kernels as kk
 from kohakutt.frontends.torch import precision, runtime, tensors
+from kohakutt.ir import ops as irops
 from kohakutt.ir.dtypes import DType
+from kohakutt.ir.ops import ScalarSpec, Spec, TensorSpec
 from kohakutt.kernels.tensor import DeviceTensor
 
 aten = torch.ops.aten
@@ -325,8 +327,12 @@ def ir(
     outs: Sequence[torch.Tensor] | None,
     index: int,
     compute: torch.dtype | None = None,
+    provider: str | None = None,
 ) -> list[DeviceTensor]:
-    """Queue IR op ``op``; results go into ``outs`` (tt tensors, cast to their dtypes) or new device tensors."""
+    """Queue IR op ``op`` on ``tt:<index>``: the one way the torch frontend queues an op. Operands as
+    :func:`operand` makes them; results go into ``outs`` (tt tensors, cast to their dtypes; nothing is queued when
+    every one is empty) or new device tensors. ``provider`` asks for one provider's kernel (the op library picks
+    otherwise)."""
     dev = runtime.device(index)
     stream = runtime.current_stream(index)
     ops, scratch = [], []
@@ -340,15 +346,77 @@ def ir(
         out = None
     else:
         out = [tensors.tt_view(o) or tensors.to_device_tensor(o) for o in outs]
-        for o in out:
-            if 0 in o.spec.shape:
-                result = out  # nothing to compute into an empty output
-                break
+        if all(0 in o.spec.shape for o in out):
+            result = out  # nothing to compute into empty outputs
     if out is None or result is not out:
-        result = kk.run(op, ops, attrs, out=out, device=dev, stream=stream, defaults=precision.defaults())
+        result = kk.run(op, ops, attrs, out=out, device=dev, stream=stream, provider=provider,
+                        defaults=precision.defaults())  # fmt: skip
     for t in scratch:  # the casts made above are freed once the op has read them
         dev.free(t.buffer, stream)
     return result
+
+
+def ir_tensors(
+    op: str,
+    inputs: Sequence[Any],
+    attrs: dict[str, Any] | None,
+    outs: Sequence[torch.Tensor] | None,
+    index: int,
+    provider: str | None = None,
+) -> list[torch.Tensor]:
+    """:func:`ir` with its results as tt tensors: ``outs``, or new ones of the shapes and dtypes the op infers."""
+    if outs is None:
+        d = irops.get(op)
+        specs = d.infer([_spec(operand(x, index)) for x in inputs], d.bind_attrs(attrs))
+        outs = [tensors.new(s.shape, None, _torch_dtype(s.dtype), index) for s in specs]
+    ir(op, inputs, attrs, outs, index, provider=provider)
+    return list(outs)
+
+
+def _spec(x: Any) -> Spec:
+    spec = getattr(x, "spec", None)  # a device tensor, or a mesh tensor (kohakutt.mesh)
+    return spec if isinstance(spec, TensorSpec) else ScalarSpec(x)
+
+
+def _torch_dtype(dt: DType) -> torch.dtype:
+    return tensors.FROM_IR.get(dt, torch.bfloat16 if dt.is_float else torch.int32)
+
+
+# ------------------------------------------------------------------------------------- helpers for the op modules
+def scratch(shape: Sequence[int], dtype: torch.dtype, index: int) -> torch.Tensor:
+    """A new contiguous tt tensor for intermediate results (torch owns it: freed, stream-ordered, when dropped)."""
+    return tensors.new(list(shape), None, dtype, index)
+
+
+def as_dtype(x: Any, dtype: torch.dtype) -> Any:
+    """``x`` converted to ``dtype`` on its device (numbers and tensors already in ``dtype`` pass through)."""
+    return x.to(dtype) if isinstance(x, torch.Tensor) and x.dtype != dtype else x
+
+
+def index_of(*xs: Any) -> int:
+    """The chip the tt tensors among ``xs`` live on (the same-device error of PyTorch when they disagree)."""
+    found: set[str] = set()
+    to_meta(list(xs), found)
+    return device_index(found)
+
+
+def composite(*names: str, ir_ops: Sequence[str] = ()) -> Callable:
+    """:func:`computed` for an op written as other tt ops (marked "composite" in the kernel table)."""
+
+    def deco(impl: Callable[[Args, list[torch.Tensor]], None]) -> Callable:
+        computed(*names, ir=ir_ops)(impl)
+        for n in names:
+            KERNELS[n].kind = "composite"
+        return impl
+
+    return deco
+
+
+def release(index: int, *scratch: DeviceTensor) -> None:
+    """Free intermediate device tensors once the work queued so far (which reads them) is done."""
+    dev, stream = runtime.device(index), runtime.current_stream(index)
+    for t in scratch:
+        dev.free(t.buffer, stream)
 
 
 def wrap(t: DeviceTensor, index: int) -> torch.Tensor:

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 import torch
 from kohakutt.errors import DtypeError
-from kohakutt.frontends.torch.aten.movement import composite
-from kohakutt.frontends.torch.aten.registry import Args, kernel
+from kohakutt.frontends.torch.aten.registry import Args, composite, kernel
 
 aten = torch.ops.aten
 _MOVE = ("scatter", "gather", "copy")

@@ -17,8 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from kohakutt.frontends.torch.aten.movement import composite, scratch
-from kohakutt.frontends.torch.aten.registry import Args, ir
+from kohakutt.frontends.torch.aten.registry import Args, composite, ir, scratch
 
 aten = torch.ops.aten
 BROADCAST_LIMIT = 1 << 22  # elements x test elements compared pairwise at most; beyond, sort + binary search

@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-from kohakutt.frontends.torch.aten.movement import composite
-from kohakutt.frontends.torch.aten.registry import Args
+from kohakutt.frontends.torch.aten.registry import Args, composite
 
 NEAREST, EXACT, LINEAR, CUBIC = "nearest", "nearest-exact", "linear", "cubic"
 _A = -0.75  # the cubic convolution's parameter, as PyTorch's
