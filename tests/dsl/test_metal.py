@@ -77,7 +77,7 @@ def bf16(a):
 def test_scaled_add_is_bit_exact_and_new_shapes_and_scales_compile_nothing(dev, examples):
     prog = examples["scaled_add_km"].scaled_add_program
     rng = np.random.default_rng(0)
-    loaded = None
+    loaded, before = None, prog.compiles  # tests/ttnn may have built other variants of the same program already
     for i, (shape, s) in enumerate([((64, 96), 0.37), ((3, 40, 70), -2.5), ((1, 7), 3.0), ((5, 32, 32), 1e-3)]):
         a, b = rng.standard_normal(shape), rng.standard_normal(shape)
         ta, tb = tile(dev, a), tile(dev, b)
@@ -87,8 +87,8 @@ def test_scaled_add_is_bit_exact_and_new_shapes_and_scales_compile_nothing(dev, 
         want = bf16(kk.to_numpy(ta) * np.float32(s) + kk.to_numpy(tb))
         np.testing.assert_array_equal(kk.to_numpy(out), want)
         if i == 0:
-            loaded = host_build.stats["builds"]
-    assert prog.compiles == 1
+            loaded, first = host_build.stats["builds"], prog.compiles
+    assert prog.compiles == first <= before + 1  # this signature's one variant (none if built before), then none
     assert host_build.stats["builds"] == loaded, "a new shape or scale built a kernel"
 
 
