@@ -201,7 +201,7 @@ INT: dict[str, Callable[[np.ndarray, dict[str, Any]], np.ndarray]] = {
     "sign": lambda x, a: np.sign(x),
     "square": lambda x, a: x * x,
     "relu": lambda x, a: np.maximum(x, 0).astype(x.dtype),
-    "threshold": lambda x, a: np.where(x > a["threshold"], x, np.asarray(int(a["value"])).astype(x.dtype)),
+    "threshold": lambda x, a: np.where(x > math.trunc(a["threshold"]), x, np.asarray(int(a["value"])).astype(x.dtype)),
     "floor": lambda x, a: x,
     "ceil": lambda x, a: x,
     "trunc": lambda x, a: x,
@@ -656,7 +656,8 @@ def _tt_threshold(tt: Any, i: list[Any], a: dict[str, Any], n: Numerics) -> Any:
     x = i[0]
     if _is_float(tt, x):
         return tt.threshold(x, a["threshold"], a["value"])
-    return tt.where(tt.gt(x, a["threshold"]), x, a["value"])  # TT-NN's threshold takes no integers
+    # TT-NN's threshold takes no integers; torch casts both numbers to the tensor's integer type (toward zero)
+    return tt.where(tt.gt(x, math.trunc(a["threshold"])), x, int(a["value"]))
 
 
 _register_ttnn("threshold", _tt_threshold)

@@ -896,14 +896,20 @@ def vector_norm_ttnn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_s
         dims = list(reduced_dims(shape, attrs["dims"]))
         y = ttnn_.moreh_norm(x, p=p, dim=dims, keepdim=True, compute_kernel_config=kernel_config(ttnn_, x, num))
         return _finish(ttnn_, y, out_specs[0])
-    # moreh_norm takes bfloat16 only: float32 as TT-NN's float32 reductions over |x| (its sums compensate)
+    # moreh_norm takes bfloat16 only: float32 as TT-NN's float32 reductions over |x| (ttnn.sum reads float32 as
+    # TF32, as every float32 sum on the TT-NN path does; maxima are exact, by argmax and gather)
     dim_arg = _dims_arg(shape, attrs["dims"])
     cfg = kernel_config(ttnn_, x, num)
     a = ttnn_.abs(x)
     if p in (math.inf, -math.inf):
-        y = (ttnn_.max if p > 0 else ttnn_.min)(a, dim=dim_arg, keepdim=True)
+        dims = list(reduced_dims(shape, attrs["dims"]))
+        y = _card_exact_max(ttnn_, a, dims) if p > 0 else ttnn_.neg(_card_exact_max(ttnn_, ttnn_.neg(a), dims))
     elif p == 0:
-        y = ttnn_.sum(ttnn_.typecast(ttnn_.ne(x, 0.0), ttnn_.float32), dim=dim_arg, keepdim=True)
+        y = ttnn_.sum(ttnn_.typecast(ttnn_.ne(x, 0.0), ttnn_.float32), dim=dim_arg, keepdim=True,
+                      compute_kernel_config=cfg)  # fmt: skip
+    elif p < 0:  # TT-NN's pow of a negative power is not checked at |x| = 0 (where the norm is 0)
+        raise KohakuTTUnsupportedOperator(f"vector_norm: a float32 norm of negative order p={p} on TT-NN; use "
+                                          "p >= 0, or bfloat16")  # fmt: skip
     elif p == 1:
         y = ttnn_.sum(a, dim=dim_arg, keepdim=True, compute_kernel_config=cfg)
     elif p == 2:

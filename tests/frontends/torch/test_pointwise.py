@@ -279,3 +279,10 @@ def test_polygamma_beyond_the_card_orders_is_refused():
     with pytest.raises(KohakuTTUnsupportedOperator, match="polygamma: n=11"):
         torch.polygamma(11, x)
     assert torch.equal(x.cpu(), torch.ones(3))  # the device stays usable
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize(("th", "value"), [(-1.5, 7), (1.5, 9.7), (2, 0), (-0.5, -3.9)])
+def test_integer_threshold_casts_its_numbers_as_torch_does(dtype, th, value):
+    x = torch.tensor([-2, -1, 0, 1, 2, 3], dtype=dtype)
+    assert torch.equal(torch.threshold(x.to("tt"), th, value).cpu(), torch.threshold(x, th, value))

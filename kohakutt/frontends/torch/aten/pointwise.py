@@ -357,6 +357,14 @@ def _scalar(x: Any) -> Any:
     return x.item() if isinstance(x, torch.Tensor) else x
 
 
+def _threshold_attrs(a: Args) -> dict[str, Any]:
+    """torch casts ``threshold`` and ``value`` to an integer tensor's type first (toward zero)."""
+    th, value = _scalar(a.threshold), _scalar(a.value)
+    if not (a.self.dtype.is_floating_point or a.self.dtype.is_complex):
+        th, value = math.trunc(th), math.trunc(value)
+    return {"threshold": th, "value": value}
+
+
 _register("gelu", _attr_unary("gelu", lambda a: {"approximate": a.get("approximate") or "none"}), ("gelu",))
 _register(
     "leaky_relu",
@@ -380,7 +388,7 @@ _register(
 _register("celu", _attr_unary("celu", lambda a: {"alpha": _scalar(a.get("alpha", 1.0))}), ("celu",))
 _register(
     "threshold",
-    _attr_unary("threshold", lambda a: {"threshold": _scalar(a.threshold), "value": _scalar(a.value)}),
+    _attr_unary("threshold", lambda a: _threshold_attrs(a)),
     ("threshold",),
 )
 _register(
