@@ -242,11 +242,25 @@ def _attention(dev: Any) -> list[tuple[str, Program, list]]:
     return out
 
 
+def _module_once(path: Path) -> Any:
+    """The module at ``path`` under its file's name, loaded once per process: examples define torch ops at import,
+    and an op is defined once (the torch and DSL tests import the same modules by name)."""
+    import importlib.util
+    import sys
+
+    mod = sys.modules.get(path.stem)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        sys.modules[path.stem] = mod
+    return mod
+
+
 def _custom(dev: Any) -> list[tuple[str, Program, list]]:
     """The custom-kernel examples' programs, built by the op layer as a call would build them: the Python example's
     gated GELU (``examples/kernels/python``) and the C++ extension's swiglu kernels (``examples/kernels/cpp_extension``:
     the same kernel files and circular buffers its C++ builder gives)."""
-    import importlib.util
     import sys
 
     from kohakutt import kernels as kk
@@ -256,12 +270,7 @@ def _custom(dev: Any) -> list[tuple[str, Program, list]]:
     examples = Path(__file__).resolve().parents[2] / "examples" / "kernels"
     if "torch" not in sys.modules:  # the example registers a torch op at import: it is imported here with torch
         import torch  # noqa: F401
-    mod = sys.modules.get("gated_gelu_op")  # imported by name already (the torch tests do): an op is defined once
-    if mod is None:
-        spec = importlib.util.spec_from_file_location("gated_gelu_op", examples / "python" / "gated_gelu_op.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        sys.modules["gated_gelu_op"] = mod
+    mod = _module_once(examples / "python" / "gated_gelu_op.py")
     a = kk.from_numpy(dev, np.zeros((64, 96), np.float32), "bfloat16", "tile")
     b = kk.from_numpy(dev, np.zeros((64, 96), np.float32), "bfloat16", "tile")
     out = empty(dev, a.spec)
@@ -300,8 +309,6 @@ def _with_runtime(program: Program, runtime: dict) -> Program:
 def _dsl(dev: Any) -> list[tuple[str, Program, list]]:
     """The kernel DSL's programs (the two examples and the every-op programs of tests/dsl): their generated C++."""
     import dataclasses
-    import importlib.util
-    import sys
     from pathlib import Path
 
     from kohakutt.dsl.metal import bits
@@ -310,18 +317,9 @@ def _dsl(dev: Any) -> list[tuple[str, Program, list]]:
 
     root = Path(__file__).resolve().parents[2]
 
-    def load(path: Path) -> Any:  # by its name, once per process (its ops are defined once; tests/dsl loads it too)
-        mod = sys.modules.get(path.stem)
-        if mod is None:
-            spec = importlib.util.spec_from_file_location(path.stem, path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            sys.modules[path.stem] = mod
-        return mod
-
     ex = root / "examples" / "kernels" / "dsl_metal"
-    scaled, rms = load(ex / "scaled_add_km.py"), load(ex / "rms_norm_km.py")
-    every = load(root / "tests" / "dsl" / "every_op.py")
+    scaled, rms = _module_once(ex / "scaled_add_km.py"), _module_once(ex / "rms_norm_km.py")
+    every = _module_once(root / "tests" / "dsl" / "every_op.py")
 
     def variant(prog: Any, tensors: dict[str, tuple[tuple[int, ...], str]], runtime: dict[str, int]) -> tuple:
         refs = [TensorRef(n, DType.of(f), Format.of(f), Layout.TILE, output=n in prog.outputs)
