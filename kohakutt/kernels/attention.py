@@ -38,7 +38,7 @@ from kohakutt.ir.ops import ShapeError, Spec, TensorSpec
 from kohakutt.kernels import cardmath as cm
 from kohakutt.kernels import cost
 from kohakutt.kernels.matmul import card_matmul
-from kohakutt.kernels.registry import SimCall, sim, ttnn
+from kohakutt.kernels.registry import SimCall, host, sim, ttnn
 
 TTNN_NAMES = (
     "transformer.scaled_dot_product_attention", "init_device_compute_kernel_config", "MathFidelity.LoFi",
@@ -639,11 +639,11 @@ def _program(*args: Any, **kw: Any) -> Any:
 sim("scaled_dot_product_attention", estimate=attention_cost)(_sdpa_ttnn)
 sim("scaled_dot_product_attention", provider="ktt", estimate=flash_cost, program=_program)(_sdpa_ktt)
 sim("sdpa_backward", estimate=attention_backward_cost)(_sdpa_backward_ttnn)
-sim("sdpa_backward", provider="ktt", estimate=flash_backward_cost)(_sdpa_backward_ktt)
+host("sdpa_backward", estimate=flash_backward_cost)(_sdpa_backward_ktt)
 sim("sdpa_varlen", estimate=attention_cost)(_varlen_ttnn)
 sim("sdpa_varlen", provider="ktt", estimate=flash_cost, program=_program)(_varlen_ktt)
 sim("sdpa_varlen_backward", estimate=attention_backward_cost)(_varlen_backward_ttnn)
-sim("sdpa_varlen_backward", provider="ktt", estimate=flash_backward_cost)(_varlen_backward_ktt)
+host("sdpa_varlen_backward", estimate=flash_backward_cost)(_varlen_backward_ktt)
 
 
 # ------------------------------------------------------------------------------------------ real card: TT-NN

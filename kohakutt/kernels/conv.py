@@ -47,7 +47,7 @@ from kohakutt.kernels.matmul import (
     ttnn_dtype,
 )
 from kohakutt.kernels.programs.conv import conv_program
-from kohakutt.kernels.registry import SimCall, sim, ttnn
+from kohakutt.kernels.registry import SimCall, host, sim, ttnn
 
 TTNN_NAMES = (
     "conv1d", "conv2d", "conv_transpose2d", "experimental.conv3d", "experimental.prepare_conv3d_weights",
@@ -432,7 +432,7 @@ def _weight_grad(
     return acc
 
 
-@sim("conv_backward", provider="ktt", estimate=estimate_conv_backward)
+@host("conv_backward", estimate=estimate_conv_backward)
 def conv_backward(call: SimCall) -> list[np.ndarray]:
     grad, x, w = call.inputs
     g = conv_geometry(x.shape, w.shape, call.attrs)

@@ -26,7 +26,7 @@ from kohakutt.ir.defs.embedding import padding_row
 from kohakutt.ir.ops import TensorSpec
 from kohakutt.kernels import cost
 from kohakutt.kernels.movement import check_range, sequential, tt_dtype, tt_finish, tt_index, tt_layout
-from kohakutt.kernels.registry import SimCall, sim, ttnn
+from kohakutt.kernels.registry import SimCall, host, sim, ttnn
 
 # fmt: off
 TTNN_NAMES: tuple[str, ...] = (
@@ -119,7 +119,7 @@ def embedding_backward_ttnn(call: SimCall) -> np.ndarray:
     return _truncating_sum(idx, round_bfloat16(rows), n)  # TT-NN takes bfloat16 grads: float32 is rounded first
 
 
-@sim("embedding_backward", "ktt", estimate=embedding_backward_cost)
+@host("embedding_backward", estimate=embedding_backward_cost)
 def embedding_backward_ktt(call: SimCall) -> np.ndarray:
     idx, rows, n = _grad_rows(call)
     if call.numerics.fp32_acc is False:

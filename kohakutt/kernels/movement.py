@@ -25,7 +25,7 @@ from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Numerics
 from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, norm_dim
 from kohakutt.kernels import cost
-from kohakutt.kernels.registry import SimCall, sim, ttnn
+from kohakutt.kernels.registry import SimCall, host, sim, ttnn
 
 # fmt: off
 TTNN_NAMES: tuple[str, ...] = (
@@ -395,7 +395,7 @@ def scatter_ttnn(call: SimCall) -> np.ndarray:
     return _scatter(call, strict=False)
 
 
-@sim("scatter", "ktt", estimate=index_loop)
+@host("scatter", estimate=index_loop)
 def scatter_ktt(call: SimCall) -> np.ndarray:
     return _scatter(call, strict=True)
 
@@ -420,14 +420,14 @@ def _advanced(x_shape: Sequence[int], dims: Sequence[int], indices: Sequence[np.
     return tuple(key)
 
 
-@sim("index", "ktt", estimate=index_loop)
+@host("index", estimate=index_loop)
 def index(call: SimCall) -> np.ndarray:
     x = call.inputs[0]
     dims = mdefs.dims_of(call.attrs["dims"], x.ndim, "index")
     return x[_advanced(x.shape, dims, call.inputs[1:], "index")]
 
 
-@sim("index_put", "ktt", estimate=index_loop)
+@host("index_put", estimate=index_loop)
 def index_put(call: SimCall) -> np.ndarray:
     x, values = call.inputs[0], call.inputs[1]
     dims = mdefs.dims_of(call.attrs["dims"], x.ndim, "index_put")
@@ -454,7 +454,7 @@ def masked_fill(call: SimCall) -> np.ndarray:
     return np.where(mask, v, x)
 
 
-@sim("masked_select", "ktt", estimate=index_loop)
+@host("masked_select", estimate=index_loop)
 def masked_select(call: SimCall) -> list[np.ndarray]:
     x, mask = np.broadcast_arrays(*call.inputs)
     picked = x[mask]
@@ -463,7 +463,7 @@ def masked_select(call: SimCall) -> list[np.ndarray]:
     return [out, np.array(picked.size, dtype=np.int32)]
 
 
-@sim("nonzero", "ktt", estimate=index_loop)
+@host("nonzero", estimate=index_loop)
 def nonzero(call: SimCall) -> list[np.ndarray]:
     x = call.inputs[0]
     coords = np.argwhere(x != 0) if x.ndim else np.zeros((int(x != 0), 0), np.int64)
@@ -479,7 +479,7 @@ def one_hot_ttnn(call: SimCall) -> np.ndarray:
     return (call.inputs[0][..., None] == np.arange(int(call.attrs["num_classes"]))).astype(np.int32)
 
 
-@sim("one_hot", "ktt", estimate=index_loop)
+@host("one_hot", estimate=index_loop)
 def one_hot_ktt(call: SimCall) -> np.ndarray:
     check_range(call.inputs[0], int(call.attrs["num_classes"]), "one_hot", "class")
     return one_hot_ttnn(call)
@@ -526,7 +526,7 @@ def sort_ttnn(call: SimCall) -> list[np.ndarray]:
     return [vals, order]
 
 
-@sim("sort", "ktt", estimate=sort_cost)
+@host("sort", estimate=sort_cost)
 def sort_ktt(call: SimCall) -> list[np.ndarray]:
     vals, order = _sorted(call.inputs[0], call.attrs["dim"], call.attrs["descending"])
     return [vals, order]
@@ -543,7 +543,7 @@ def topk(call: SimCall) -> list[np.ndarray]:
     return [vals[cut], order[cut]]
 
 
-@sim("searchsorted", "ktt", estimate=search_cost)
+@host("searchsorted", estimate=search_cost)
 def searchsorted(call: SimCall) -> np.ndarray:
     """torch's binary search, step for step (so NaN in the sequence acts as it does on the CPU): start = 0, end = n;
     while start < end: mid = start + (end - start) // 2, go right when not (seq[mid] >= v) (right: not

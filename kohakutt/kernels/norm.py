@@ -69,7 +69,7 @@ from kohakutt.kernels.reduce import (
     storage,
     ttnn_sum,
 )
-from kohakutt.kernels.registry import SimCall, sim, ttnn
+from kohakutt.kernels.registry import SimCall, host, sim, ttnn
 
 TTNN_NAMES = (
     "layer_norm", "rms_norm", "moreh_group_norm", "batch_norm", "moreh_layer_norm_backward",
@@ -755,17 +755,17 @@ for _op, _rms, _fused in (("layer_norm", False, False), ("add_layer_norm", False
     )
 
 sim("layer_norm_backward", estimate=norm_cost(3, 7, 0, launches=2))(ttnn_layer_norm_backward)
-sim("layer_norm_backward", provider="ktt", estimate=norm_cost(3, 7, 0))(lambda c: ktt_row_backward(c, False))
+host("layer_norm_backward", estimate=norm_cost(3, 7, 0))(lambda c: ktt_row_backward(c, False))
 sim("rms_norm_backward", estimate=norm_cost(3, 5, 0, launches=9))(ttnn_rms_norm_backward)
-sim("rms_norm_backward", provider="ktt", estimate=norm_cost(3, 5, 0))(lambda c: ktt_row_backward(c, True))
+host("rms_norm_backward", estimate=norm_cost(3, 5, 0))(lambda c: ktt_row_backward(c, True))
 sim("group_norm", estimate=norm_cost(2, 7, 1))(ttnn_group_norm)
-sim("group_norm", provider="ktt", estimate=norm_cost(2, 5, 1))(ktt_group_norm)
+host("group_norm", estimate=norm_cost(2, 5, 1))(ktt_group_norm)
 sim("group_norm_backward", estimate=norm_cost(4, 8, 0, launches=2))(ttnn_group_norm_backward)
-sim("group_norm_backward", provider="ktt", estimate=norm_cost(4, 7, 0))(ktt_group_norm_backward)
+host("group_norm_backward", estimate=norm_cost(4, 7, 0))(ktt_group_norm_backward)
 sim("batch_norm", estimate=norm_cost(2, 6, 1, launches=8))(ttnn_batch_norm)
-sim("batch_norm", provider="ktt", estimate=norm_cost(2, 5, 1))(ktt_batch_norm)
+host("batch_norm", estimate=norm_cost(2, 5, 1))(ktt_batch_norm)
 sim("batch_norm_backward", estimate=norm_cost(3, 7, 0, launches=10))(ttnn_batch_norm_backward)
-sim("batch_norm_backward", provider="ktt", estimate=norm_cost(3, 6, 0))(ktt_batch_norm_backward)
+host("batch_norm_backward", estimate=norm_cost(3, 6, 0))(ktt_batch_norm_backward)
 
 
 # ------------------------------------------------------------------------------------------ real card: TT-NN

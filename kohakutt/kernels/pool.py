@@ -27,7 +27,7 @@ from kohakutt.ir.numerics import Numerics
 from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath, cost
 from kohakutt.kernels.matmul import FIDELITY_AND_DTYPE_NAMES, compute_config, ttnn_dtype
-from kohakutt.kernels.registry import SimCall, sim, ttnn
+from kohakutt.kernels.registry import SimCall, host, sim, ttnn
 
 TTNN_NAMES = (
     "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d", "permute", "reshape", "typecast",
@@ -144,7 +144,7 @@ def _avg_pool(call: SimCall, provider: str) -> np.ndarray:
         raise KohakuTTUnsupportedOperator(
             "avg_pool: TT-NN has no 3-d average pool; Kohaku-TT's own kernel runs it (KTT_CUSTOM_KERNELS=1)"
         )
-    fid, acc = pool_numerics(call.numerics, g.window, wide_data=provider == "ktt" and _is_fp32(call))
+    fid, acc = pool_numerics(call.numerics, g.window, wide_data=provider == "host" and _is_fp32(call))
     div = _divisors(g, call.attrs["count_include_pad"], call.attrs["divisor_override"])
     chunked = not acc and g.window > REDUCE_ROWS
 
@@ -185,7 +185,7 @@ def _adaptive_avg(call: SimCall, provider: str) -> np.ndarray:
     counts = np.ones(())
     for start, end in ranges:
         counts = np.multiply.outer(counts, end - start)
-    fid, acc = pool_numerics(call.numerics, int(counts.max()), wide_data=provider == "ktt" and _is_fp32(call))
+    fid, acc = pool_numerics(call.numerics, int(counts.max()), wide_data=provider == "host" and _is_fp32(call))
 
     def sums(part: np.ndarray) -> torch.Tensor:
         t = _batched(part, batched)
@@ -253,13 +253,8 @@ for _op, _fn in (
     ("adaptive_avg_pool", _adaptive_avg),
     ("adaptive_max_pool", _adaptive_max),
 ):
-    for _provider in ("ttnn", "ktt"):
-        sim(
-            _op,
-            provider=_provider,
-            estimate=_estimate_pool,
-            supports=_ttnn_pool_supports if _provider == "ttnn" else None,
-        )(lambda call, _fn=_fn, _provider=_provider: _fn(call, _provider))
+    sim(_op, estimate=_estimate_pool, supports=_ttnn_pool_supports)(lambda call, _fn=_fn: _fn(call, "ttnn"))
+    host(_op, estimate=_estimate_pool)(lambda call, _fn=_fn: _fn(call, "host"))
 
 
 # ----------------------------------------------------------------------------------------------------- backward
@@ -277,7 +272,7 @@ def _scatter_max(grad: np.ndarray, idx: torch.Tensor, x_shape: Sequence[int], d:
     return out.reshape(tuple(x_shape)).numpy()
 
 
-@sim("max_pool_backward", provider="ktt", estimate=cost.default)
+@host("max_pool_backward", estimate=cost.default)
 def max_pool_backward(call: SimCall) -> np.ndarray:
     grad, x = call.inputs[0], call.inputs[1]
     g = pool_geometry(x.shape, call.attrs, "max_pool_backward")
@@ -289,7 +284,7 @@ def max_pool_backward(call: SimCall) -> np.ndarray:
     return _scatter_max(grad, idx, x.shape, g.d)
 
 
-@sim("adaptive_max_pool_backward", provider="ktt", estimate=cost.default)
+@host("adaptive_max_pool_backward", estimate=cost.default)
 def adaptive_max_pool_backward(call: SimCall) -> np.ndarray:
     grad, x = call.inputs[0], call.inputs[1]
     batched, _, spatial, out = adaptive_geometry(x.shape, call.attrs["output_size"], "adaptive_max_pool_backward")
@@ -301,7 +296,7 @@ def adaptive_max_pool_backward(call: SimCall) -> np.ndarray:
     return _scatter_max(grad, idx, x.shape, len(spatial))
 
 
-@sim("avg_pool_backward", provider="ktt", estimate=cost.default)
+@host("avg_pool_backward", estimate=cost.default)
 def avg_pool_backward(call: SimCall) -> np.ndarray:
     grad, x = call.inputs[0], call.inputs[1]
     g = pool_geometry(x.shape, call.attrs, "avg_pool_backward")
@@ -320,7 +315,7 @@ def avg_pool_backward(call: SimCall) -> np.ndarray:
     return _unbatched(res.squeeze(2) if g.d == 1 else res, g.batched)
 
 
-@sim("adaptive_avg_pool_backward", provider="ktt", estimate=cost.default)
+@host("adaptive_avg_pool_backward", estimate=cost.default)
 def adaptive_avg_pool_backward(call: SimCall) -> np.ndarray:
     grad, x = call.inputs[0], call.inputs[1]
     batched, _, spatial, _ = adaptive_geometry(x.shape, call.attrs["output_size"], "adaptive_avg_pool_backward")

@@ -40,7 +40,7 @@ from kohakutt.ir.numerics import Fidelity, Numerics
 from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath as cm
 from kohakutt.kernels import cost
-from kohakutt.kernels.registry import SimCall, sim, ttnn
+from kohakutt.kernels.registry import SimCall, host, sim, ttnn
 from kohakutt.kernels.ttnn_io import STORED
 
 TILE = 32
@@ -305,7 +305,7 @@ def fp32_total(r: Reduction, num: Numerics) -> np.ndarray:
     return cm.reduce_sum(x, r.dims, fp32_acc_of(num), fidelity=fidelity_of(num), keepdims=True)
 
 
-@sim("sum", provider="ktt", estimate=own_reduce_cost)
+@host("sum", estimate=own_reduce_cost)
 def sum_ktt(call: SimCall) -> np.ndarray:
     r = reduction(call)
     done = r.empty(0)
@@ -316,7 +316,7 @@ def sum_ktt(call: SimCall) -> np.ndarray:
     return r.shaped(fp32_total(r, call.numerics))
 
 
-@sim("mean", provider="ktt", estimate=own_reduce_cost)
+@host("mean", estimate=own_reduce_cost)
 def mean_ktt(call: SimCall) -> np.ndarray:
     r = reduction(call)
     done = r.empty(np.nan)
@@ -434,7 +434,7 @@ def sfpu_tree_product(steps: np.ndarray) -> np.ndarray:
 
 
 sim("prod", estimate=reduce_cost)(_prod_op(False))
-sim("prod", provider="ktt", estimate=own_reduce_cost)(_prod_op(True))
+host("prod", estimate=own_reduce_cost)(_prod_op(True))
 
 
 # ----------------------------------------------------------------------------------------------- var / std
@@ -500,7 +500,7 @@ def _var_op_ktt(kind: str):
 
 
 for _name in ("var", "std", "var_mean", "std_mean"):
-    sim(_name, provider="ktt", estimate=chain_cost(2))(_var_op_ktt(_name))
+    host(_name, estimate=chain_cost(2))(_var_op_ktt(_name))
 
 
 # ----------------------------------------------------------------------------------------------- logsumexp
@@ -529,7 +529,7 @@ def logsumexp_ttnn(call: SimCall) -> np.ndarray:
     return r.shaped(cm.round_to(cm.sfpu("log", s), fmt) + m)
 
 
-@sim("logsumexp", provider="ktt", estimate=chain_cost(2))
+@host("logsumexp", estimate=chain_cost(2))
 def logsumexp_ktt(call: SimCall) -> np.ndarray:
     r = reduction(call)
     done = r.empty(-np.inf)
@@ -609,7 +609,7 @@ def _pow_sfpu(a: np.ndarray, p: float) -> np.ndarray:
         return np.power(a.astype(np.float64), p).astype(np.float32)
 
 
-@sim("vector_norm", provider="ktt", estimate=chain_cost(2))
+@host("vector_norm", estimate=chain_cost(2))
 def vector_norm_ktt(call: SimCall) -> np.ndarray:
     """The own kernel: float32 data as float32 SFPU ops (|x|, x * x or |x| ** p, each rounded once) summed with SFPU
     float32 adds, then the root (p = +-inf: the largest / smallest |x| by SFPU compares, exact); for p > 0 (not 1) a

@@ -1,12 +1,20 @@
 """One implementation per op per backend, found by lookup, never by if-chains over op names.
 
 An implementation has a provider: ``"ttnn"`` (TT-NN's kernel: on the sim, a model of what TT-NN's kernel computes;
-on a card, the TT-NN call) or ``"ktt"`` (Kohaku-TT's own Metalium program). ``KTT_CUSTOM_KERNELS`` says which
-provider wins where both exist.
+on a card, the TT-NN call), ``"ktt"`` (Kohaku-TT's own Metalium program, which a card launches through
+``ttnn.generic_op`` and the sim runs or models bit for bit) or ``"host"`` (the host CPU computes the op between a
+read and a write of its buffers: counted, see :func:`host_runs`).
+
+Which provider runs an op is decided once, by what the card has (:func:`choose`): the own program where the card
+can launch one and ``KTT_CUSTOM_KERNELS`` is on, else TT-NN's kernel, else the host. The simulator takes the same
+provider, so it computes what a card would; an implementation whose ``supports`` refuses a call passes it to the
+next provider that takes it, in the same order on every backend (:func:`fallback`).
 """
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +28,8 @@ from kohakutt.ir import ops as irops
 from kohakutt.ir.numerics import Numerics
 from kohakutt.ir.ops import Infer, OpDef, Spec, TensorSpec
 
-PROVIDERS = ("ttnn", "ktt")
+PROVIDERS = ("ttnn", "ktt", "host")
+CARD = "ttnn"  # the backend whose implementations decide the provider of an op on every backend
 
 
 @dataclass
@@ -99,26 +108,72 @@ def ttnn(op: str, provider: str = "ttnn", **kw: Any) -> Callable[[Callable], Cal
     return register(op, "ttnn", provider, **kw)
 
 
-def lookup(op: str, backend: str, provider: str | None = None) -> Impl | None:
-    """The implementation to run ``op`` with on ``backend``: the own kernel when ``KTT_CUSTOM_KERNELS=1`` and one
-    exists, else TT-NN's; or exactly ``provider``'s when given."""
+def order() -> tuple[str, ...]:
+    """Providers in the order they are preferred: the own program first unless ``KTT_CUSTOM_KERNELS=0``; the host
+    last."""
+    return ("ktt", "ttnn", "host") if config.get("KTT_CUSTOM_KERNELS") else ("ttnn", "ktt", "host")
+
+
+def choose(op: str, backend: str = CARD) -> str | None:
+    """The provider that runs ``op``: the first, in :func:`order`, that the card implements (one decision for every
+    backend); for an op the card has no implementation of at all, the first that ``backend`` has (None: no
+    implementation)."""
     _load()
-    if provider is not None:
-        return IMPLS.get((op, backend, provider))
-    order = ("ktt", "ttnn") if config.get("KTT_CUSTOM_KERNELS") else ("ttnn", "ktt")
-    for p in order:
-        impl = IMPLS.get((op, backend, p))
-        if impl is not None:
-            return impl
+    for where in (CARD, backend):
+        for p in order():
+            if (op, where, p) in IMPLS:
+                return p
     return None
 
 
+_host_lock = threading.Lock()
+_host_runs: Counter[str] = Counter()
+
+
+def host(op: str, **kw: Any) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(call: SimCall)`` computes ``op`` on the host CPU, for every backend (provider ``"host"``). The
+    sim calls it on its buffers' values; a card reads the operands to the host, calls it and writes the results back
+    (:func:`kohakutt.kernels.ttnn_io.host_on_card`). Each run is counted (:func:`host_runs`)."""
+
+    def deco(fn: Callable) -> Callable:
+        def counted(call: SimCall) -> Any:
+            with _host_lock:
+                _host_runs[op] += 1
+            return fn(call)
+
+        from kohakutt.kernels.ttnn_io import host_on_card
+
+        register(op, "sim", "host", **kw)(counted)
+        register(op, CARD, "host", **kw)(host_on_card(counted, op))
+        return fn
+
+    return deco
+
+
+def host_runs(reset: bool = False) -> dict[str, int]:
+    """How many times each op has run on the host CPU (provider ``"host"``) in this process; ``reset`` zeroes the
+    counts after reading them."""
+    with _host_lock:
+        counts = dict(_host_runs)
+        if reset:
+            _host_runs.clear()
+    return counts
+
+
+def lookup(op: str, backend: str, provider: str | None = None) -> Impl | None:
+    """The implementation to run ``op`` with on ``backend``: the :func:`choose`-n provider's, or exactly
+    ``provider``'s when given."""
+    _load()
+    p = provider or choose(op, backend)
+    return None if p is None else IMPLS.get((op, backend, p))
+
+
 def fallback(impl: Impl, specs: list[Spec], attrs: dict[str, Any]) -> Impl:
-    """``impl``, or where it declares it cannot run this call, the first other provider's implementation of the op on
-    the backend that can (``impl`` itself when none can: running it raises its own typed error)."""
+    """``impl``, or where it declares it cannot run this call, the next provider's implementation of the op on the
+    backend that can, in :func:`order` (``impl`` itself when none can: running it raises its own typed error)."""
     if impl.why_not(specs, attrs) is None:
         return impl
-    for p in PROVIDERS:
+    for p in order():
         other = IMPLS.get((impl.op, impl.backend, p))
         if other is not None and other is not impl and other.why_not(specs, attrs) is None:
             return other

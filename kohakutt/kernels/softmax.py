@@ -22,7 +22,7 @@ from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath as cm
 from kohakutt.kernels import cost
 from kohakutt.kernels.reduce import TILE, fidelity_of, fp32_acc_of, kernel_config, tile_axes
-from kohakutt.kernels.registry import SimCall, sim, ttnn
+from kohakutt.kernels.registry import SimCall, host, sim, ttnn
 
 TTNN_NAMES = (
     "softmax", "moreh_logsoftmax", "moreh_softmax_backward", "moreh_logsoftmax_backward", "float32",
@@ -167,10 +167,10 @@ def ktt_backward(call: SimCall, log: bool) -> np.ndarray:
 
 for _op, _log in (("softmax", False), ("log_softmax", True)):
     sim(_op, estimate=softmax_cost)(lambda call, _log=_log: ttnn_forward(call, _log))
-    sim(_op, provider="ktt", estimate=softmax_cost, program=None)(lambda call, _log=_log: ktt_forward(call, _log))
+    host(_op, estimate=softmax_cost)(lambda call, _log=_log: ktt_forward(call, _log))
 for _op, _log in (("softmax_backward", False), ("log_softmax_backward", True)):
     sim(_op, estimate=softmax_cost)(lambda call, _log=_log: ttnn_backward(call, _log))
-    sim(_op, provider="ktt", estimate=softmax_cost, program=None)(lambda call, _log=_log: ktt_backward(call, _log))
+    host(_op, estimate=softmax_cost)(lambda call, _log=_log: ktt_backward(call, _log))
 
 
 # ------------------------------------------------------------------------------------------ real card: TT-NN

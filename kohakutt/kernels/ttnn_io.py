@@ -32,7 +32,8 @@ from kohakutt.ir.ops import ShapeError, Spec, TensorSpec
 # Every TT-NN name used here (checked against 0.81.1 by tests/hal/test_ttnn_contract.py).
 TTNN_NAMES: tuple[str, ...] = (
     "to_layout", "typecast", "TILE_LAYOUT", "ROW_MAJOR_LAYOUT", "float32", "bfloat16", "bfloat8_b", "bfloat4_b",
-    "int32", "uint32", "uint16", "uint8", "Tensor.shape", "Tensor.dtype", "Tensor.layout",
+    "int32", "uint32", "uint16", "uint8", "Tensor.shape", "Tensor.dtype", "Tensor.layout", "to_torch", "from_torch",
+    "Tensor.device",
 )  # fmt: skip
 
 # The TT-NN dtype each IR dtype is stored in on the card.
@@ -40,6 +41,8 @@ STORED = {DType.FLOAT32: "float32", DType.BFLOAT16: "bfloat16", DType.BFLOAT8_B:
           DType.BFLOAT4_B: "bfloat4_b", DType.INT32: "int32", DType.INT64: "int32", DType.UINT32: "uint32",
           DType.UINT16: "uint16", DType.UINT8: "uint8", DType.BOOL: "uint8", DType.FLOAT16: "uint16"}  # fmt: skip
 
+
+_HOST = {DType.INT32: "int32", DType.UINT32: "uint32", DType.UINT16: "uint16", DType.UINT8: "uint8"}
 
 # Ops whose operands at these positions are indices: an int64 index goes to TT-NN as its low word, exact for every
 # index in range (the card checks no index of any width; the simulator raises IndexOutOfRangeError).
@@ -86,6 +89,66 @@ def result(tt: Any, y: Any, spec: TensorSpec) -> Any:
     return y if y.layout == layout else tt.to_layout(y, layout)
 
 
+def _host_value(tt: Any, x: Any, spec: Spec) -> Any:
+    """A ttnn tensor operand read to the host as the simulator's kernels see values (float formats as float32)."""
+    import numpy as np
+
+    if not isinstance(spec, TensorSpec):
+        return x
+    if x is None:
+        return np.zeros(spec.shape, np.float32 if spec.dtype.is_float else np.int64)
+    v = tt.to_torch(x)
+    if spec.dtype is DType.FLOAT16:
+        return v.numpy().astype(np.uint16).view(np.float16).astype(np.float32)
+    if spec.dtype.is_float:
+        return v.float().numpy()
+    if spec.dtype is DType.INT64:  # the (lo, hi) int32 word pairs of each value
+        w = v.numpy().astype(np.int64)
+        return (w[..., 0] & 0xFFFFFFFF) | (w[..., 1] << 32)
+    a = v.numpy()
+    return a.astype(np.bool_) if spec.dtype is DType.BOOL else a.astype(_HOST[spec.dtype])
+
+
+def _to_card(tt: Any, values: Any, spec: TensorSpec, device: Any) -> Any:
+    """Host values of output ``spec`` as a ttnn tensor of its stored dtype and layout on ``device``."""
+    import numpy as np
+    import torch
+
+    if spec.numel == 0:
+        return None
+    a = np.broadcast_to(np.asarray(values), spec.shape)
+    if spec.dtype is DType.FLOAT16:
+        a = a.astype(np.float16).view(np.uint16).astype(np.int32)  # bits, as the card stores a half
+    elif spec.dtype is DType.INT64:
+        a = np.stack([a.astype(np.int64).astype(np.int32), (a.astype(np.int64) >> 32).astype(np.int32)], -1)
+    elif spec.dtype.is_float:
+        a = a.astype(np.float32)
+    else:
+        a = a.astype(np.int32 if spec.dtype is not DType.UINT32 else np.int64)
+    layout = tt.TILE_LAYOUT if spec.layout is Layout.TILE or spec.dtype.is_block else tt.ROW_MAJOR_LAYOUT
+    return tt.from_torch(torch.from_numpy(np.ascontiguousarray(a)), dtype=stored_dtype(tt, spec.dtype),
+                         layout=layout, device=device)  # fmt: skip
+
+
+def host_on_card(fn: Any, op: str) -> Any:
+    """A host implementation (``fn(call: SimCall)``) as a card runs it: its operands read to the host, ``fn`` called
+    on their values, its results written back to the card in the output specs (provider ``"host"``)."""
+
+    def on_card(tt: Any, inputs: Sequence[Any], in_specs: Sequence[Spec], attrs: dict[str, Any],
+                numerics: Numerics, out_specs: Sequence[TensorSpec]) -> Any:  # fmt: skip
+        from kohakutt.kernels.registry import SimCall
+
+        device = next((x.device() for x in inputs if is_tensor(x)), None)
+        values = [_host_value(tt, x, s) for x, s in zip(inputs, in_specs)]
+        res = fn(SimCall(op, values, list(in_specs), dict(attrs), numerics, list(out_specs)))
+        outs = list(res) if isinstance(res, list | tuple) else [res]
+        made = [_to_card(tt, v, s, device) for v, s in zip(outs, out_specs)]
+        return made if len(out_specs) > 1 else made[0]
+
+    on_card.host = True  # type: ignore[attr-defined]  # card_call hands it the stored operands and their specs
+    return on_card
+
+
 def card_call(impl: Any, tt: Any, inputs: Sequence[Any], in_specs: Sequence[Spec], attrs: dict[str, Any],
               numerics: Numerics, out_specs: Sequence[TensorSpec], **kw: Any) -> Any:  # fmt: skip
     """Run TT-NN implementation ``impl`` (a registry ``Impl``) on ``inputs`` (ttnn tensors of the IR operand specs
@@ -93,6 +156,8 @@ def card_call(impl: Any, tt: Any, inputs: Sequence[Any], in_specs: Sequence[Spec
     specs."""
     if all(s.numel == 0 for s in out_specs):
         return None if len(out_specs) == 1 else [None] * len(out_specs)
+    if getattr(impl.fn, "host", False):  # provider "host": the values, read back; no TT-NN kernel constraints
+        return impl.fn(tt, inputs, in_specs, dict(attrs), numerics, out_specs)
     if any(x is None or (is_tensor(x) and math.prod(tuple(x.shape)) == 0) for x in inputs):
         raise KohakuTTUnsupportedOperator(
             f"{impl.op}: an operand is empty and TT-NN takes no empty tensors, but the result is not empty; "
