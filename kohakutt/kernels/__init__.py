@@ -21,7 +21,19 @@ from kohakutt.hal.program import (
     worker_cores,
 )
 from kohakutt.kernels.custom import Call, ProgramOp, Signature, TensorRef, bits, by_name, tile_count
-from kohakutt.kernels.registry import IMPLS, Impl, SimCall, lookup, providers, register, sim, ttnn
+from kohakutt.kernels.registry import (
+    IMPLS,
+    Impl,
+    SimCall,
+    choose,
+    host,
+    host_runs,
+    lookup,
+    providers,
+    register,
+    sim,
+    ttnn,
+)
 from kohakutt.kernels.runner import manual_seed, rng_state, run, set_rng_state
 from kohakutt.kernels.tensor import DeviceTensor, empty, free, from_numpy, to_numpy
 
@@ -50,9 +62,45 @@ def program_op(qualname: str) -> ProgramOp:
 
 
 __all__ = [
-    "IMPLS", "Call", "CircularBuffer", "CoreRange", "CoreRangeSet", "DeviceTensor", "Impl", "Kernel", "MathFidelity",
-    "Program", "ProgramOp", "Semaphore", "Signature", "SimCall", "TensorRef", "Work", "aligned_page_size", "bits",
-    "by_name", "empty", "free", "from_numpy", "lookup", "manual_seed", "op", "program_op", "providers", "register",
-    "rng_state", "run", "set_rng_state", "sim", "split_work", "tensor_accessor_args", "tile_count", "to_numpy", "ttnn",
+    "IMPLS",
+    "Call",
+    "CircularBuffer",
+    "CoreRange",
+    "CoreRangeSet",
+    "DeviceTensor",
+    "Impl",
+    "Kernel",
+    "MathFidelity",
+    "Program",
+    "ProgramOp",
+    "Semaphore",
+    "Signature",
+    "SimCall",
+    "TensorRef",
+    "Work",
+    "aligned_page_size",
+    "bits",
+    "by_name",
+    "choose",
+    "empty",
+    "free",
+    "from_numpy",
+    "host",
+    "host_runs",
+    "lookup",
+    "manual_seed",
+    "op",
+    "program_op",
+    "providers",
+    "register",
+    "rng_state",
+    "run",
+    "set_rng_state",
+    "sim",
+    "split_work",
+    "tensor_accessor_args",
+    "tile_count",
+    "to_numpy",
+    "ttnn",
     "worker_cores",
 ]  # fmt: skip

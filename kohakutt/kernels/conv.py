@@ -34,7 +34,7 @@ from kohakutt.hal.card import CardSpec
 from kohakutt.ir.defs.conv import ConvGeometry, conv_geometry, conv_numerics
 from kohakutt.ir.defs.matmul import split_counts
 from kohakutt.ir.dtypes import DType
-from kohakutt.ir.numerics import Fidelity, Numerics
+from kohakutt.ir.numerics import UNSET, Fidelity, Numerics
 from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath, cost
 from kohakutt.kernels.matmul import (
@@ -374,7 +374,7 @@ def ttnn_supports(g: ConvGeometry) -> str | None:
     return None
 
 
-def _ttnn_conv_supports(specs: list, attrs: dict) -> str | None:
+def _ttnn_conv_supports(specs: list, attrs: dict, num: Numerics = UNSET) -> str | None:
     return ttnn_supports(conv_geometry(specs[0].shape, specs[1].shape, attrs))
 
 

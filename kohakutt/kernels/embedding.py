@@ -23,6 +23,7 @@ from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal.card import CardSpec
 from kohakutt.hal.formats import round_bfloat16
 from kohakutt.ir.defs.embedding import padding_row
+from kohakutt.ir.numerics import UNSET, Numerics
 from kohakutt.ir.ops import TensorSpec
 from kohakutt.kernels import cost
 from kohakutt.kernels.movement import check_range, sequential, tt_dtype, tt_finish, tt_index, tt_layout
@@ -104,7 +105,7 @@ def _truncating_sum(idx: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
     return acc
 
 
-def _ttnn_backward_supports(specs: list, attrs: dict) -> str | None:
+def _ttnn_backward_supports(specs: list, attrs: dict, num: Numerics = UNSET) -> str | None:
     return "TT-NN's embedding_bw has no scale_grad_by_freq" if attrs["scale_grad_by_freq"] else None
 
 

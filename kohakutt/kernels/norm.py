@@ -69,7 +69,7 @@ from kohakutt.kernels.reduce import (
     storage,
     ttnn_sum,
 )
-from kohakutt.kernels.registry import SimCall, host, sim, ttnn
+from kohakutt.kernels.registry import SimCall, declare, float32_exact, host, sim, ttnn
 
 TTNN_NAMES = (
     "layer_norm", "rms_norm", "moreh_group_norm", "batch_norm", "moreh_layer_norm_backward",
@@ -753,6 +753,7 @@ for _op, _rms, _fused in (("layer_norm", False, False), ("add_layer_norm", False
     sim(_op, provider="ktt", estimate=_fwd_cost, program=_program)(
         lambda call, _r=_rms, _f=_fused: ktt_rowwise(call, _r, _f)
     )
+    host(_op, estimate=_fwd_cost)(lambda call, _r=_rms, _f=_fused: sfpu_rowwise(call, _r, _f))
 
 sim("layer_norm_backward", estimate=norm_cost(3, 7, 0, launches=2))(ttnn_layer_norm_backward)
 host("layer_norm_backward", estimate=norm_cost(3, 7, 0))(lambda c: ktt_row_backward(c, False))
@@ -970,3 +971,8 @@ def batch_norm_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, 
     dw = tt.sum(tt.multiply(g4, xhat), dim=[0, 2, 3], compute_kernel_config=cfg) if mask[1] else None
     db = tt.sum(g4, dim=[0, 2, 3], compute_kernel_config=cfg) if mask[2] else None
     return [None if t is None else tt.reshape(t, s.shape) for t, s in zip((dx, dw, db), out_specs)]
+
+
+# float32 data under fp32_reduce="exact": TT-NN's statistics read it as TF32, so these run on the host (float32 adds)
+declare(("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "layer_norm_backward", "rms_norm_backward",
+         "group_norm", "group_norm_backward", "batch_norm", "batch_norm_backward"), float32_exact)  # fmt: skip

@@ -23,7 +23,7 @@ from kohakutt.errors import IndexOutOfRangeError, KohakuTTUnsupportedOperator
 from kohakutt.hal.card import CardSpec
 from kohakutt.ir.defs.pool import REDUCE_ROWS, PoolGeometry, adaptive_geometry, pool_geometry, pool_numerics
 from kohakutt.ir.dtypes import DType
-from kohakutt.ir.numerics import Numerics
+from kohakutt.ir.numerics import UNSET, Numerics
 from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath, cost
 from kohakutt.kernels.matmul import FIDELITY_AND_DTYPE_NAMES, compute_config, ttnn_dtype
@@ -237,7 +237,7 @@ def _estimate_pool(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Nu
     return cost.memory_bound(ins, outs[:1], card, cycles)
 
 
-def _ttnn_pool_supports(specs: list, attrs: dict) -> str | None:
+def _ttnn_pool_supports(specs: list, attrs: dict, num: Numerics = UNSET) -> str | None:
     """TT-NN pools 1-d and 2-d windows only, and its adaptive max pool returns no indices."""
     d = len(attrs["kernel_size"] if "kernel_size" in attrs else attrs["output_size"])
     if d == 3:

@@ -40,7 +40,7 @@ from kohakutt.ir.numerics import Fidelity, Numerics
 from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath as cm
 from kohakutt.kernels import cost
-from kohakutt.kernels.registry import SimCall, host, sim, ttnn
+from kohakutt.kernels.registry import SimCall, declare, float32_exact, host, sim, ttnn
 from kohakutt.kernels.ttnn_io import STORED
 
 TILE = 32
@@ -917,3 +917,7 @@ def vector_norm_ttnn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_s
     else:
         y = ttnn_.pow(ttnn_.sum(ttnn_.pow(a, p), dim=dim_arg, keepdim=True, compute_kernel_config=cfg), 1.0 / p)
     return _finish(ttnn_, y, out_specs[0])
+
+
+# float32 data under fp32_reduce="exact": TT-NN's FPU sums read it as TF32, so these run on the host (float32 adds)
+declare(("sum", "mean", "prod", "var", "std", "var_mean", "std_mean", "logsumexp", "vector_norm"), float32_exact)

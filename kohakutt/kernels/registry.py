@@ -25,7 +25,7 @@ from kohakutt import config
 from kohakutt.errors import KohakuTTError
 from kohakutt.hal.card import CardSpec
 from kohakutt.ir import ops as irops
-from kohakutt.ir.numerics import Numerics
+from kohakutt.ir.numerics import UNSET, Numerics
 from kohakutt.ir.ops import Infer, OpDef, Spec, TensorSpec
 
 PROVIDERS = ("ttnn", "ktt", "host")
@@ -50,8 +50,8 @@ class SimCall:
 
 
 Estimate = Callable[[list[Spec], list[TensorSpec], dict[str, Any], Numerics, CardSpec], float]
-# supports(input specs, bound attributes) -> why the implementation cannot run the call, or None when it can
-Supports = Callable[[list[Spec], dict[str, Any]], str | None]
+# supports(input specs, bound attributes, resolved numerics) -> why the implementation cannot run the call, or None
+Supports = Callable[[list[Spec], dict[str, Any], Numerics], str | None]
 
 
 @dataclass
@@ -68,9 +68,9 @@ class Impl:
     launch: Callable[..., bool] | None = None
     supports: Supports | None = None  # what it runs; where it cannot, the runner takes another provider's
 
-    def why_not(self, specs: list[Spec], attrs: dict[str, Any]) -> str | None:
-        """Why this implementation cannot run a call with these operands and attributes (None: it can)."""
-        return None if self.supports is None else self.supports(specs, attrs)
+    def why_not(self, specs: list[Spec], attrs: dict[str, Any], num: Numerics = UNSET) -> str | None:
+        """Why this implementation cannot run a call with these operands, attributes and numerics (None: it can)."""
+        return None if self.supports is None else self.supports(specs, attrs, num)
 
     def __repr__(self) -> str:
         return f"Impl({self.op}, {self.backend}, {self.provider})"
@@ -168,16 +168,39 @@ def lookup(op: str, backend: str, provider: str | None = None) -> Impl | None:
     return None if p is None else IMPLS.get((op, backend, p))
 
 
-def fallback(impl: Impl, specs: list[Spec], attrs: dict[str, Any]) -> Impl:
+def fallback(impl: Impl, specs: list[Spec], attrs: dict[str, Any], num: Numerics = UNSET) -> Impl:
     """``impl``, or where it declares it cannot run this call, the next provider's implementation of the op on the
-    backend that can, in :func:`order` (``impl`` itself when none can: running it raises its own typed error)."""
-    if impl.why_not(specs, attrs) is None:
+    backend that can, in :func:`order`, among the providers the card has (``impl`` itself when none can: running it
+    raises its own typed error)."""
+    if impl.why_not(specs, attrs, num) is None:
         return impl
+    on_card = any(k[0] == impl.op and k[1] == CARD for k in IMPLS)
     for p in order():
         other = IMPLS.get((impl.op, impl.backend, p))
-        if other is not None and other is not impl and other.why_not(specs, attrs) is None:
+        if other is None or other is impl or (on_card and (impl.op, CARD, p) not in IMPLS):
+            continue
+        if other.why_not(specs, attrs, num) is None:
             return other
     return impl
+
+
+def declare(ops: Sequence[str], supports: Supports, provider: str = "ttnn") -> None:
+    """Give ``provider``'s implementations of ``ops`` on every backend the same ``supports`` (so the simulator and a
+    card pass the same calls on)."""
+    for op in ops:
+        found = [impl for (o, _, p), impl in IMPLS.items() if o == op and p == provider]
+        if not found:
+            raise KohakuTTError(f"{op} has no {provider} implementation to declare what it supports")
+        for impl in found:
+            impl.supports = supports
+
+
+def float32_exact(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> str | None:
+    """``supports`` of a TT-NN kernel that sums on the FPU: float32 data under ``fp32_reduce="exact"`` (the default)
+    asks for float32 adds, and the FPU reads float32 as TF32, so such a call runs on the next provider."""
+    if num.exact_sums and any(isinstance(s, TensorSpec) and s.dtype.value == "float32" for s in specs):
+        return "TT-NN's kernel sums float32 data as TF32 on the FPU; fp32_reduce='exact' asks for float32 adds"
+    return None
 
 
 def providers(op: str, backend: str) -> list[str]:

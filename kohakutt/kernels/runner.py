@@ -168,15 +168,15 @@ def _plan(op: str, inputs: Sequence[Operand], attrs: dict[str, Any] | None, spec
     if dev is None:
         raise ShapeError(f"{op}: no tensor operand to take the device from; pass device=")
     _check_devices(op, inputs, out, dev)
+    num = resolve(d.numerics, defaults)
     impl = registry.lookup(op, dev.backend.name, provider)
     if impl is not None and provider is None:
-        impl = registry.fallback(impl, specs, bound)
+        impl = registry.fallback(impl, specs, bound, num)
     if impl is None:
         if d.decomposition is not None:
             return None, d, bound, dev
         raise KohakuTTUnsupportedOperator(
             f"{op} has no implementation on the {dev.backend.name} backend and no decomposition")
-    num = resolve(d.numerics, defaults)
     est = (impl.estimate or cost.default)(specs, out_specs, bound, num, dev.card)
     draws = sum(s.numel for s in out_specs) if impl.random else 0
     tdts = [s.dtype for s in (*specs, *out_specs) if isinstance(s, TensorSpec)]

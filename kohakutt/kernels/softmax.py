@@ -22,7 +22,7 @@ from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath as cm
 from kohakutt.kernels import cost
 from kohakutt.kernels.reduce import TILE, fidelity_of, fp32_acc_of, kernel_config, tile_axes
-from kohakutt.kernels.registry import SimCall, host, sim, ttnn
+from kohakutt.kernels.registry import SimCall, declare, float32_exact, host, sim, ttnn
 
 TTNN_NAMES = (
     "softmax", "moreh_logsoftmax", "moreh_softmax_backward", "moreh_logsoftmax_backward", "float32",
@@ -216,3 +216,7 @@ def _ttnn_backward(name: str):
 
 ttnn("softmax_backward")(_ttnn_backward("moreh_softmax_backward"))
 ttnn("log_softmax_backward")(_ttnn_backward("moreh_logsoftmax_backward"))
+
+
+# float32 rows under fp32_reduce="exact": TT-NN's row sums read them as TF32, so these run on the host
+declare(("softmax", "log_softmax", "softmax_backward", "log_softmax_backward"), float32_exact)
