@@ -87,7 +87,8 @@ KNOBS: dict[str, Knob] = {
         Knob("KTT_LAUNCH_BLOCKING", _flag, False,
              "1 runs every queued command before enqueue returns, so an error surfaces at the call that caused it."),
         Knob("KTT_CUSTOM_KERNELS", _flag, True,
-             "0 selects TT-NN's kernels over Kohaku-TT's own programs wherever both exist."),
+             "0 selects TT-NN's kernels over Kohaku-TT's own programs wherever a card can launch both (the "
+             "simulator follows the same choice)."),
         Knob("KTT_CPU_FALLBACK", _flag, False,
              "1 lets an op with no device implementation run on the host CPU, counted and warned once per op."),
         Knob("KTT_CACHE_DIR", _path, None,
