@@ -69,7 +69,7 @@ from kohakutt.kernels.reduce import (
     storage,
     ttnn_sum,
 )
-from kohakutt.kernels.registry import SimCall, declare, float32_exact, host, sim, ttnn
+from kohakutt.kernels.registry import SimCall, declare, host, sim, ttnn, unscaled_squares
 
 TTNN_NAMES = (
     "layer_norm", "rms_norm", "moreh_group_norm", "batch_norm", "moreh_layer_norm_backward",
@@ -973,6 +973,7 @@ def batch_norm_backward_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, 
     return [None if t is None else tt.reshape(t, s.shape) for t, s in zip((dx, dw, db), out_specs)]
 
 
-# float32 data under fp32_reduce="exact": TT-NN's statistics read it as TF32, so these run on the host (float32 adds)
+# TT-NN's norm kernels square unscaled values: wrong (not just imprecise) for rows or channels past 2^60, so every
+# call runs on the host, which scales them (registry.unscaled_squares)
 declare(("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "layer_norm_backward", "rms_norm_backward",
-         "group_norm", "group_norm_backward", "batch_norm", "batch_norm_backward"), float32_exact)  # fmt: skip
+         "group_norm", "group_norm_backward", "batch_norm", "batch_norm_backward"), unscaled_squares)  # fmt: skip

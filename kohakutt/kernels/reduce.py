@@ -40,7 +40,7 @@ from kohakutt.ir.numerics import Fidelity, Numerics
 from kohakutt.ir.ops import Spec, TensorSpec
 from kohakutt.kernels import cardmath as cm
 from kohakutt.kernels import cost
-from kohakutt.kernels.registry import SimCall, declare, float32_exact, host, sim, ttnn
+from kohakutt.kernels.registry import SimCall, declare, float32_exact, host, sim, ttnn, unscaled_squares
 from kohakutt.kernels.ttnn_io import STORED
 
 TILE = 32
@@ -920,4 +920,6 @@ def vector_norm_ttnn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_s
 
 
 # float32 data under fp32_reduce="exact": TT-NN's FPU sums read it as TF32, so these run on the host (float32 adds)
-declare(("sum", "mean", "prod", "var", "std", "var_mean", "std_mean", "logsumexp", "vector_norm"), float32_exact)
+declare(("sum", "mean", "prod", "logsumexp"), float32_exact)
+# TT-NN's variance and norm kernels square unscaled values: wrong (not just imprecise) for large groups, so the host
+declare(("var", "std", "var_mean", "std_mean", "vector_norm"), unscaled_squares)

@@ -195,6 +195,14 @@ def declare(ops: Sequence[str], supports: Supports, provider: str = "ttnn") -> N
             impl.supports = supports
 
 
+def unscaled_squares(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> str | None:
+    """``supports`` of a TT-NN statistics kernel (variance, norms): it squares the values unscaled, so a group whose
+    values pass about 2^60 comes out inf, 0 or NaN where the result is finite; every call runs on the next provider,
+    which scales such a group by a power of two first. (A TT-NN chain that scales on the card would lift this.)"""
+    return ("TT-NN's kernel squares the values unscaled (a group past 2^60 would come out inf, 0 or NaN); "
+            "the host scales them first")  # fmt: skip
+
+
 def float32_exact(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> str | None:
     """``supports`` of a TT-NN kernel that sums on the FPU: float32 data under ``fp32_reduce="exact"`` (the default)
     asks for float32 adds, and the FPU reads float32 as TF32, so such a call runs on the next provider."""
