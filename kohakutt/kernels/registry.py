@@ -206,7 +206,9 @@ def unscaled_squares(specs: list[Spec], attrs: dict[str, Any], num: Numerics) ->
 def float32_exact(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> str | None:
     """``supports`` of a TT-NN kernel that sums on the FPU: float32 data under ``fp32_reduce="exact"`` (the default)
     asks for float32 adds, and the FPU reads float32 as TF32, so such a call runs on the next provider."""
-    if num.exact_sums and any(isinstance(s, TensorSpec) and s.dtype.value == "float32" for s in specs):
+    wide = ("float32", "float16")  # float16 ops compute in float32 (kernels.runner)
+    if num.exact_sums and (any(isinstance(s, TensorSpec) and s.dtype.value in wide for s in specs)
+                           or str(getattr(attrs.get("dtype"), "value", attrs.get("dtype"))) in wide):  # fmt: skip
         return "TT-NN's kernel sums float32 data as TF32 on the FPU; fp32_reduce='exact' asks for float32 adds"
     return None
 
