@@ -18,9 +18,12 @@ from kohakutt import hal
 from kohakutt import kernels as kk
 from kohakutt.errors import CommandError, DtypeError, IndexOutOfRangeError, KohakuTTUnsupportedOperator
 from kohakutt.hal.formats import round_bfloat16
+from kohakutt.ir import DType, TensorSpec
+from kohakutt.ir import ops as irops
 from kohakutt.ir.numerics import numerics
 from kohakutt.ir.ops import ShapeError
 from kohakutt.kernels import pool as pool_kernels
+from kohakutt.kernels import registry
 
 BF16_REL = 2.0**-8
 RNG = np.random.default_rng(7)
@@ -195,17 +198,29 @@ def test_adaptive_pools(dev):
         np.testing.assert_array_equal(v, rv.numpy())
         np.testing.assert_array_equal(i, ri.numpy())
     x1, x3 = bf16(2, 3, 11), bf16(1, 2, 5, 4, 6)
-    ref1 = F.adaptive_avg_pool1d(t64(x1), 4).numpy()
-    (a1,) = run(dev, "adaptive_avg_pool", [x1], {"output_size": (4,)}, "host", dtype="float32")
-    np.testing.assert_allclose(a1, ref1, rtol=1e-6)
-    # the default is TT-NN's kernel (a 1-d pool is a 2-d one of height 1): its bf16(1/count) scaler and a small
-    # window's bf16 DST, as the TT-NN bound above; bit for bit the TT-NN model
-    (d1,) = run(dev, "adaptive_avg_pool", [x1], {"output_size": (4,)}, dtype="float32")
-    np.testing.assert_array_equal(d1, run(dev, "adaptive_avg_pool", [x1], {"output_size": (4,)}, "ttnn",
-                                          dtype="float32")[0])  # fmt: skip
-    assert np.all(np.abs(d1 - ref1) <= 2 * BF16_REL * np.abs(ref1) + 1e-6)
+    # float32 data with windows of 2 and 3 values: TT-NN's pools take bfloat16 and one window size per dim, so the
+    # default is the host math, on the sim as on a card
+    (a1,) = run(dev, "adaptive_avg_pool", [x1], {"output_size": (4,)}, dtype="float32")
+    np.testing.assert_allclose(a1, F.adaptive_avg_pool1d(t64(x1), 4).numpy(), rtol=1e-6)
     (a3,) = run(dev, "adaptive_max_pool", [x3], {"output_size": (2, 3, 4)})
     np.testing.assert_array_equal(a3, F.adaptive_max_pool3d(t64(x3), (2, 3, 4)).numpy())
+
+
+@pytest.mark.parametrize(("op", "shape", "dtype", "attrs", "provider"), [
+    ("max_pool", (1, 2, 4, 4), "bfloat16", {"kernel_size": (2, 2)}, "ttnn"),
+    ("max_pool", (1, 2, 4, 4), "float32", {"kernel_size": (2, 2)}, "host"),  # TT-NN's pools take bfloat16
+    ("avg_pool", (1, 2, 4, 4, 4), "bfloat16", {"kernel_size": (2, 2, 2)}, "host"),  # no 3-d pools
+    ("adaptive_avg_pool", (1, 2, 6, 8), "bfloat16", {"output_size": (3, 4)}, "ttnn"),
+    ("adaptive_avg_pool", (1, 2, 7, 8), "bfloat16", {"output_size": (3, 4)}, "host"),  # windows of 2 and 3 rows
+    ("adaptive_max_pool", (1, 2, 6, 8), "bfloat16", {"output_size": (3, 4), "return_indices": True}, "host"),
+])  # fmt: skip
+def test_refused_calls_pass_to_the_host_on_both_backends(op, shape, dtype, attrs, provider):
+    """What TT-NN's pools refuse on a card is declared (``supports``), so the sim and a card both take the host."""
+    specs = [TensorSpec(shape, DType(dtype))]
+    bound = irops.get(op).bind_attrs(attrs)
+    for backend in ("sim", "ttnn"):
+        impl = registry.fallback(registry.lookup(op, backend), specs, bound)
+        assert impl.provider == provider, (backend, impl)
 
 
 def test_ttnn_models_refuse_what_ttnn_cannot_run(dev):
