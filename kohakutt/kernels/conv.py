@@ -378,11 +378,20 @@ def _ttnn_conv_supports(specs: list, attrs: dict, num: Numerics = UNSET) -> str 
     return ttnn_supports(conv_geometry(specs[0].shape, specs[1].shape, attrs))
 
 
+def _refused(why: str) -> KohakuTTUnsupportedOperator:
+    """What a convolution TT-NN cannot run raises: a card has no other provider for conv (no host conv, and it does
+    not launch the own program), so the simulator, choosing as a card does, refuses it too."""
+    return KohakuTTUnsupportedOperator(
+        f"conv: {why}; a card has no other implementation of this convolution (Kohaku-TT's own kernel runs it on "
+        "the simulator only: provider='ktt')"
+    )
+
+
 @sim("conv", provider="ttnn", estimate=estimate_conv_ttnn, supports=_ttnn_conv_supports)
 def conv_ttnn_model(call: SimCall) -> np.ndarray:
     why = ttnn_supports(conv_geometry(call.inputs[0].shape, call.inputs[1].shape, call.attrs))
     if why:
-        raise KohakuTTUnsupportedOperator(f"conv: {why}; Kohaku-TT's own kernel runs it (KTT_CUSTOM_KERNELS=1)")
+        raise _refused(why)
     return _run_conv(call)
 
 
@@ -502,7 +511,7 @@ def conv_ttnn(tt: Any, inputs: list, attrs: dict, numerics: Numerics, out_specs:
     g = conv_geometry(tuple(x.shape), tuple(w.shape), attrs)
     why = ttnn_supports(g)
     if why:
-        raise KohakuTTUnsupportedOperator(f"conv: {why}")
+        raise _refused(why)
     fid, acc = conv_numerics(numerics, dtype_of(x), dtype_of(w))
     dev = x.device()
     cfg = compute_config(tt, dev, fid, acc, approx=bool(numerics.approx), packer_l1_acc=False)

@@ -9,8 +9,8 @@ kept decides the result:
   Blackhole ``SFPSTORE.md``, ``ToBF16``). Rows are added in index order; the sum is re-read between index tiles
   exactly (bfloat16 output). So a token seen n times adds n truncated steps: 256 ones sum to 256, then 256 + 1
   truncates back to 256.
-- Kohaku-TT's own kernel (provider ``ktt``) keeps the sums in an fp32 DST and rounds once when it packs the output;
-  ``numerics(fp32_acc=False)`` gives it a 16-bit DST, and then it truncates like TT-NN's.
+- The host math (provider ``host``) keeps the sums in fp32 and rounds once when it stores the output;
+  ``numerics(fp32_acc=False)`` models a 16-bit DST, and then it truncates like TT-NN's.
 """
 
 from __future__ import annotations
@@ -113,8 +113,8 @@ def _ttnn_backward_supports(specs: list, attrs: dict, num: Numerics = UNSET) -> 
 def embedding_backward_ttnn(call: SimCall) -> np.ndarray:
     if call.attrs["scale_grad_by_freq"]:
         raise KohakuTTUnsupportedOperator(
-            "embedding_backward: TT-NN's embedding_bw has no scale_grad_by_freq; run "
-            "the ktt kernel (KTT_CUSTOM_KERNELS=1)"
+            "embedding_backward: TT-NN's embedding_bw has no scale_grad_by_freq; the host runs it (the default; "
+            "provider='host')"
         )
     idx, rows, n = _grad_rows(call)
     return _truncating_sum(idx, round_bfloat16(rows), n)  # TT-NN takes bfloat16 grads: float32 is rounded first

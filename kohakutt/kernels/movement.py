@@ -5,8 +5,8 @@ into the output dtype (exact for a same-dtype move). The ops that do arithmetic 
 ``index_put(accumulate=True)``: both add in fp32 in index order, as the RISC-V loops of TT-NN's scatter do.
 
 Providers: ``ttnn`` where the card runs TT-NN ops (a single op or a short chain, see the ``@ttnn`` functions);
-``ktt`` where TT-NN has no such op or falls short of torch's semantics (scatter's mean / include_self / range
-check, sort's NaN order), so Kohaku-TT needs its own kernel. An out-of-range index raises
+``host`` where TT-NN has no such op or falls short of torch's semantics (scatter's mean / include_self / range
+check, sort's NaN order and dtypes): the host CPU computes it (counted). An out-of-range index raises
 :class:`IndexOutOfRangeError` on the worker; it surfaces at the next synchronization as a ``CommandError`` naming
 the op.
 """
@@ -25,7 +25,7 @@ from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import Numerics
 from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, norm_dim
 from kohakutt.kernels import cost
-from kohakutt.kernels.registry import SimCall, host, sim, ttnn
+from kohakutt.kernels.registry import SimCall, declare, host, sim, ttnn
 
 # fmt: off
 TTNN_NAMES: tuple[str, ...] = (
@@ -362,8 +362,8 @@ def _scatter(call: SimCall, strict: bool) -> np.ndarray:
         return out.reshape(x.shape)
     if not strict and (reduce == "mean" or not include_self):
         raise KohakuTTUnsupportedOperator(
-            f"scatter: TT-NN's scatter has no reduce={reduce!r} with include_self={include_self}; run the ktt "
-            "kernel (KTT_CUSTOM_KERNELS=1)"
+            f"scatter: TT-NN's scatter has no reduce={reduce!r} with include_self={include_self}; the host runs it "
+            "(the default; provider='host')"
         )
     touched = np.unique(dest)
     if not include_self:
@@ -515,8 +515,8 @@ def sort_ttnn(call: SimCall) -> list[np.ndarray]:
     dt = call.in_specs[0].dtype
     if dt not in (DType.BFLOAT16, DType.FLOAT32, DType.UINT16):
         raise DtypeError(
-            f"sort: TT-NN's sort takes bfloat16, float32 or uint16, not {dt.value}; typecast first or "
-            "run the ktt kernel (KTT_CUSTOM_KERNELS=1)"
+            f"sort: TT-NN's sort takes bfloat16, float32 or uint16, not {dt.value}; the host sorts it (the "
+            "default; provider='host')"
         )
     if dt is DType.BFLOAT16:
         x = np.where(np.isnan(x), np.copysign(np.float32(np.inf), x), x)
@@ -978,3 +978,23 @@ def tt_linspace(tt, inputs, attrs, numerics, out_specs, device=None):
 @ttnn("eye")
 def tt_eye(tt, inputs, attrs, numerics, out_specs, device=None):
     return _tt_upload(tt, eye(SimCall("eye", [], [], attrs, numerics, out_specs)), out_specs[0], device)
+
+
+# What TT-NN's kernels refuse (the @ttnn functions above raise on it), declared so the sim and a card both pass such a
+# call to the host
+def _scatter_supports(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> str | None:
+    reduce = attrs["reduce"]
+    if reduce not in _TT_REDUCE or (reduce is not None and not attrs["include_self"]):
+        return f"TT-NN's scatter has no reduce={reduce!r} with include_self={attrs['include_self']}"
+    return None
+
+
+def _sort_supports(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> str | None:
+    x = specs[0]
+    if isinstance(x, TensorSpec) and x.dtype not in (DType.BFLOAT16, DType.FLOAT32):
+        return f"TT-NN's sort takes bfloat16 / float32 values, not {x.dtype.value}"
+    return None
+
+
+declare(("scatter",), _scatter_supports)
+declare(("sort",), _sort_supports)

@@ -124,7 +124,7 @@ def _max_pool(call: SimCall, provider: str) -> np.ndarray | list[np.ndarray]:
     if provider == "ttnn":
         if g.d == 3:
             raise KohakuTTUnsupportedOperator(
-                "max_pool: TT-NN has no 3-d max pool; Kohaku-TT's own kernel runs it (KTT_CUSTOM_KERNELS=1)"
+                "max_pool: TT-NN has no 3-d max pool; the host runs it (the default; provider='host')"
             )
         _, acc = pool_numerics(call.numerics, g.window, math.prod(g.spatial) > WIDE_INDICES, avg=False)
         if _is_fp32(call):
@@ -142,7 +142,7 @@ def _avg_pool(call: SimCall, provider: str) -> np.ndarray:
     g = pool_geometry(x.shape, call.attrs, "avg_pool")
     if provider == "ttnn" and g.d == 3:
         raise KohakuTTUnsupportedOperator(
-            "avg_pool: TT-NN has no 3-d average pool; Kohaku-TT's own kernel runs it (KTT_CUSTOM_KERNELS=1)"
+            "avg_pool: TT-NN has no 3-d average pool; the host runs it (the default; provider='host')"
         )
     fid, acc = pool_numerics(call.numerics, g.window, wide_data=provider == "host" and _is_fp32(call))
     div = _divisors(g, call.attrs["count_include_pad"], call.attrs["divisor_override"])
@@ -179,7 +179,7 @@ def _adaptive_avg(call: SimCall, provider: str) -> np.ndarray:
     d = len(spatial)
     if provider == "ttnn" and d == 3:
         raise KohakuTTUnsupportedOperator(
-            "adaptive_avg_pool: TT-NN has no 3-d adaptive pool; Kohaku-TT's own kernel runs it (KTT_CUSTOM_KERNELS=1)"
+            "adaptive_avg_pool: TT-NN has no 3-d adaptive pool; the host runs it (the default; provider='host')"
         )
     ranges = [_adaptive_windows(s, o) for s, o in zip(spatial, out)]
     counts = np.ones(())
@@ -212,7 +212,7 @@ def _adaptive_max(call: SimCall, provider: str) -> np.ndarray | list[np.ndarray]
     if provider == "ttnn" and (d == 3 or call.attrs["return_indices"]):
         why = "no 3-d adaptive max pool" if d == 3 else "no indices from adaptive_max_pool2d"
         raise KohakuTTUnsupportedOperator(
-            f"adaptive_max_pool: TT-NN has {why}; Kohaku-TT's own kernel runs it (KTT_CUSTOM_KERNELS=1)"
+            f"adaptive_max_pool: TT-NN has {why}; the host runs it (the default; provider='host')"
         )
     pool = {1: F.adaptive_max_pool1d, 2: F.adaptive_max_pool2d, 3: F.adaptive_max_pool3d}[d]
     vals, idx = pool(_batched(x, batched), out, True)
@@ -237,13 +237,24 @@ def _estimate_pool(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Nu
     return cost.memory_bound(ins, outs[:1], card, cycles)
 
 
+_TTNN_POOL_DTYPES = (DType.BFLOAT16, DType.BFLOAT8_B, DType.BFLOAT4_B)
+
+
 def _ttnn_pool_supports(specs: list, attrs: dict, num: Numerics = UNSET) -> str | None:
-    """TT-NN pools 1-d and 2-d windows only, and its adaptive max pool returns no indices."""
+    """TT-NN pools 1-d and 2-d windows of bfloat16 (or block float) data only, its adaptive pools one window size per
+    dim, and its adaptive max pool returns no indices (what the ``@ttnn`` functions below refuse)."""
     d = len(attrs["kernel_size"] if "kernel_size" in attrs else attrs["output_size"])
     if d == 3:
         return "TT-NN has no 3-d pools"
     if "output_size" in attrs and attrs.get("return_indices"):
         return "TT-NN's adaptive_max_pool2d returns no indices"
+    x = specs[0]
+    if isinstance(x, TensorSpec) and x.dtype not in _TTNN_POOL_DTYPES:
+        return f"TT-NN's pools take and return bfloat16 only, not {x.dtype.value}"
+    if "output_size" in attrs and isinstance(x, TensorSpec):
+        _, _, spatial, out = adaptive_geometry(tuple(x.shape), attrs["output_size"], "adaptive pool")
+        if any(i % o for i, o in zip(spatial, out)):
+            return "TT-NN's adaptive pools need every input size divisible by its output size (one window per dim)"
     return None
 
 

@@ -919,7 +919,26 @@ def vector_norm_ttnn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_s
     return _finish(ttnn_, y, out_specs[0])
 
 
+def _float32_sums(float_out: bool):
+    """``supports`` of TT-NN's reductions: :func:`float32_exact`, and integer data the op sums as float32 (``dtype=
+    float32``, or an op whose integer input gives a float32 result): the float32 cast reads as TF32 on the FPU too."""
+
+    def supports(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> str | None:
+        why = float32_exact(specs, attrs, num)
+        x = specs[0] if specs else None
+        if why is not None or not num.exact_sums or not isinstance(x, TensorSpec) or x.dtype.is_float:
+            return why
+        to = attrs.get("dtype")
+        if (DType(getattr(to, "value", to)) if to is not None else None) is DType.FLOAT32 or (to is None and float_out):
+            return ("TT-NN's kernel sums the float32 cast of integer data as TF32 on the FPU; fp32_reduce='exact' "
+                    "asks for float32 adds")  # fmt: skip
+        return None
+
+    return supports
+
+
 # float32 data under fp32_reduce="exact": TT-NN's FPU sums read it as TF32, so these run on the host (float32 adds)
-declare(("sum", "mean", "prod", "logsumexp"), float32_exact)
+for _op in ("sum", "mean", "prod", "logsumexp"):
+    declare((_op,), _float32_sums(_op == "logsumexp"))
 # TT-NN's variance and norm kernels square unscaled values: wrong (not just imprecise) for large groups, so the host
 declare(("var", "std", "var_mean", "std_mean", "vector_norm"), unscaled_squares)

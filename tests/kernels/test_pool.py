@@ -18,9 +18,12 @@ from kohakutt import hal
 from kohakutt import kernels as kk
 from kohakutt.errors import CommandError, DtypeError, IndexOutOfRangeError, KohakuTTUnsupportedOperator
 from kohakutt.hal.formats import round_bfloat16
+from kohakutt.ir import DType, TensorSpec
+from kohakutt.ir import ops as irops
 from kohakutt.ir.numerics import numerics
 from kohakutt.ir.ops import ShapeError
 from kohakutt.kernels import pool as pool_kernels
+from kohakutt.kernels import registry
 
 BF16_REL = 2.0**-8
 RNG = np.random.default_rng(7)
@@ -80,7 +83,7 @@ def _torch_max(x, a, indices=True):
 def test_max_pool_values_and_indices(dev, shape, attrs):
     x = bf16(*shape)
     rv, ri = _torch_max(x, attrs)
-    providers = ["ktt"] + (["ttnn"] if len(attrs["kernel_size"]) < 3 else [])
+    providers = ["host"] + (["ttnn"] if len(attrs["kernel_size"]) < 3 else [])
     for provider in providers:
         v, i = run(dev, "max_pool", [x], {**attrs, "return_indices": True}, provider)
         assert v.shape == tuple(rv.shape) and i.dtype == np.int32
@@ -94,7 +97,7 @@ def test_max_pool_nan_and_fp32_source_registers(dev):
     (v,) = run(dev, "max_pool", [x], {"kernel_size": (2, 2)})
     assert np.isnan(v[0, 0, 0, 0]) and np.isfinite(v[0, 0, 1:]).all() and np.isfinite(v[0, 1]).all()
     f = (RNG.standard_normal((1, 1, 4, 4)) * 3).astype(np.float32)
-    (exact,) = run(dev, "max_pool", [f], {"kernel_size": (2, 2)}, "ktt", dtype="float32")
+    (exact,) = run(dev, "max_pool", [f], {"kernel_size": (2, 2)}, "host", dtype="float32")
     (tt,) = run(dev, "max_pool", [f], {"kernel_size": (2, 2)}, "ttnn", dtype="float32")
     np.testing.assert_array_equal(exact, _torch_max(f, {"kernel_size": (2, 2)}, False).numpy())
     truncated = (exact.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)  # bf16 SrcA: low bits dropped
@@ -149,27 +152,27 @@ def test_avg_pool(dev, shape, attrs):
         1,
     ).numpy()
     sums = sums if d > 1 else sums[:, :, 0]
-    (ktt,) = run(dev, "avg_pool", [x], attrs, "ktt", dtype="float32")  # fp32 output: the arithmetic itself
-    np.testing.assert_allclose(ktt, sums / div, rtol=1e-6, atol=1e-6)
+    (host,) = run(dev, "avg_pool", [x], attrs, "host", dtype="float32")  # fp32 output: the arithmetic itself
+    np.testing.assert_allclose(host, sums / div, rtol=1e-6, atol=1e-6)
     if d < 3:
         scale = round_bfloat16((1.0 / div).astype(np.float32))
         (tt,) = run(dev, "avg_pool", [x], attrs, "ttnn", dtype="float32", fp32_acc=True)
         np.testing.assert_allclose(tt, sums * scale, rtol=1e-6, atol=1e-6)
         if np.any(scale != 1.0 / div):
-            assert np.abs(tt - ktt).max() > 1e-4  # TT-NN's bf16 scaler is visible on fp32 data
+            assert np.abs(tt - host).max() > 1e-4  # TT-NN's bf16 scaler is visible on fp32 data
         (tt_default,) = run(dev, "avg_pool", [x], attrs, "ttnn", dtype="float32")  # TT-NN's bf16 DST for a small window
         expect = round_bfloat16((sums * scale).astype(np.float32))
         ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(expect), 1e-30))) - 7)
         assert np.mean(tt_default == expect) > 0.95 and np.all(np.abs(tt_default - expect) <= ulp)
-    (b,) = run(dev, "avg_pool", [x], attrs, "ktt")
+    (b,) = run(dev, "avg_pool", [x], attrs, "host")
     assert np.all(np.abs(b - sums / div) <= BF16_REL * np.abs(sums / div) + 1e-7)
 
 
 def test_large_window_with_a_bf16_dst_rounds_per_reduction(dev):
     x = (RNG.standard_normal((2, 3, 7, 7)) * 10).astype(np.float32)
     attrs = {"kernel_size": (7, 7)}  # 49 values: two reductions of up to 32
-    (fp32,) = run(dev, "avg_pool", [x], attrs, "ktt", dtype="float32")  # default: fp32 DST for a large window
-    (bf,) = run(dev, "avg_pool", [x], attrs, "ktt", dtype="float32", fp32_acc=False)
+    (fp32,) = run(dev, "avg_pool", [x], attrs, "host", dtype="float32")  # default: fp32 DST for a large window
+    (bf,) = run(dev, "avg_pool", [x], attrs, "host", dtype="float32", fp32_acc=False)
     flat = x.reshape(2, 3, 49).astype(np.float64)
     acc = round_bfloat16(flat[..., :32].sum(-1).astype(np.float32)).astype(np.float64)
     acc = round_bfloat16((acc + flat[..., 32:].sum(-1)).astype(np.float32)).astype(np.float64)
@@ -184,21 +187,40 @@ def test_adaptive_pools(dev):
     for out in [(4, 3), (1, 1), (None, 5), (10, 7)]:
         size = tuple(x.shape[2 + i] if o is None else o for i, o in enumerate(out))
         ref = F.adaptive_avg_pool2d(t64(x), size).numpy()
-        for provider in ("ktt", "ttnn"):
+        for provider in ("host", "ttnn"):
             (got,) = run(dev, "adaptive_avg_pool", [x], {"output_size": out}, provider, dtype="float32")
             # TT-NN: window sum times bf16(1/count): within 2^-8 of the mean, and exact for power-of-two counts
-            # (float32 data: Kohaku-TT keeps an fp32 DST; TT-NN's small window rounds it to bf16 as well)
-            tol = (1e-6 if provider == "ktt" else 2 * BF16_REL) * np.abs(ref) + 1e-6
+            # (float32 data: the host math keeps fp32; TT-NN's small window rounds it to bf16 as well)
+            tol = (1e-6 if provider == "host" else 2 * BF16_REL) * np.abs(ref) + 1e-6
             assert got.shape == ref.shape and np.all(np.abs(got - ref) <= tol)
-        v, i = run(dev, "adaptive_max_pool", [x], {"output_size": out, "return_indices": True}, "ktt")
+        v, i = run(dev, "adaptive_max_pool", [x], {"output_size": out, "return_indices": True}, "host")
         rv, ri = F.adaptive_max_pool2d(t64(x), size, True)
         np.testing.assert_array_equal(v, rv.numpy())
         np.testing.assert_array_equal(i, ri.numpy())
     x1, x3 = bf16(2, 3, 11), bf16(1, 2, 5, 4, 6)
+    # float32 data with windows of 2 and 3 values: TT-NN's pools take bfloat16 and one window size per dim, so the
+    # default is the host math, on the sim as on a card
     (a1,) = run(dev, "adaptive_avg_pool", [x1], {"output_size": (4,)}, dtype="float32")
     np.testing.assert_allclose(a1, F.adaptive_avg_pool1d(t64(x1), 4).numpy(), rtol=1e-6)
     (a3,) = run(dev, "adaptive_max_pool", [x3], {"output_size": (2, 3, 4)})
     np.testing.assert_array_equal(a3, F.adaptive_max_pool3d(t64(x3), (2, 3, 4)).numpy())
+
+
+@pytest.mark.parametrize(("op", "shape", "dtype", "attrs", "provider"), [
+    ("max_pool", (1, 2, 4, 4), "bfloat16", {"kernel_size": (2, 2)}, "ttnn"),
+    ("max_pool", (1, 2, 4, 4), "float32", {"kernel_size": (2, 2)}, "host"),  # TT-NN's pools take bfloat16
+    ("avg_pool", (1, 2, 4, 4, 4), "bfloat16", {"kernel_size": (2, 2, 2)}, "host"),  # no 3-d pools
+    ("adaptive_avg_pool", (1, 2, 6, 8), "bfloat16", {"output_size": (3, 4)}, "ttnn"),
+    ("adaptive_avg_pool", (1, 2, 7, 8), "bfloat16", {"output_size": (3, 4)}, "host"),  # windows of 2 and 3 rows
+    ("adaptive_max_pool", (1, 2, 6, 8), "bfloat16", {"output_size": (3, 4), "return_indices": True}, "host"),
+])  # fmt: skip
+def test_refused_calls_pass_to_the_host_on_both_backends(op, shape, dtype, attrs, provider):
+    """What TT-NN's pools refuse on a card is declared (``supports``), so the sim and a card both take the host."""
+    specs = [TensorSpec(shape, DType(dtype))]
+    bound = irops.get(op).bind_attrs(attrs)
+    for backend in ("sim", "ttnn"):
+        impl = registry.fallback(registry.lookup(op, backend), specs, bound)
+        assert impl.provider == provider, (backend, impl)
 
 
 def test_ttnn_models_refuse_what_ttnn_cannot_run(dev):

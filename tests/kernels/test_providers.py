@@ -77,6 +77,28 @@ def test_own_programs_win_unless_turned_off(knobs):
     assert registry.lookup("layer_norm", "sim").provider == "ttnn"
 
 
+def test_the_knob_switches_only_ops_with_a_program_on_the_card(knobs):
+    """KTT_CUSTOM_KERNELS moves an op between the own program and TT-NN's kernel only where the card has a ktt
+    implementation (a program it launches); every other op keeps its provider, on the sim as on the card."""
+    chosen = {}
+    for custom in ("1", "0"):
+        knobs(KTT_CUSTOM_KERNELS=custom)
+        chosen[custom] = {op: (registry.choose(op, "sim"), registry.choose(op, "ttnn")) for op in _ops()}
+    switched = set()
+    for op in _ops():
+        (sim_on, card_on), (sim_off, card_off) = chosen["1"][op], chosen["0"][op]
+        if op in CARD_GAPS:
+            continue
+        assert sim_on == card_on and sim_off == card_off, op
+        if (op, registry.CARD, "ktt") in registry.IMPLS:
+            assert (card_on, card_off) == ("ktt", "ttnn"), op
+            switched.add(op)
+        else:
+            assert card_on == card_off != "ktt", op
+    assert {"bias_gelu", "silu_mul", "swiglu", "rotary_embedding", "rotary_embedding_backward"} <= switched
+    assert not {"layer_norm", "rms_norm", "conv", "scaled_dot_product_attention", "softmax", "sum"} & switched
+
+
 def test_host_runs_are_counted(dev):
     registry.host_runs(reset=True)
     x = kk.from_numpy(dev, np.array([0.0, 2.0, 0.0, -1.0], np.float32))

@@ -67,7 +67,7 @@ def test_sum_and_mean_match_float64(dev, dtype, dims):
     got = run("sum", [t], {"dims": dims})
     assert got.shape == x.sum(axis=ax).shape
     assert np.all(np.abs(got - x.sum(axis=ax)) <= tol)
-    for provider in ("ttnn", "ktt"):
+    for provider in ("ttnn", "host"):
         # TT-NN's truncated bf16 1/N scaler adds up to 2^-7 relative (applied twice over H and W together)
         extra = (2 * 2.0**-7 if provider == "ttnn" and dtype == "bfloat16" else 2.0**-23) * mag / n
         got = run("mean", [t], {"dims": dims}, provider)
@@ -83,26 +83,25 @@ def test_keepdim_and_negative_dims_shapes(dev):
     assert run("sum", [t], {"dims": [3, -3]}).shape == (2, 33)
 
 
-def test_mean_scaler_is_truncated_bf16_on_ttnn_and_exact_on_ktt(dev, knobs):
+def test_mean_scaler_is_truncated_bf16_on_ttnn_and_exact_on_host(dev, knobs):
     t, _ = put(dev, [[3.0, 3.0, 3.0]], "bfloat16")
     s = np.float32(1 / 3).view(np.uint32) & np.uint32(0xFFFF0000)  # the reader keeps the top 16 bits
     scaler = float(s.view(np.float32))
     assert scaler == 0.33203125
     assert run("mean", [t], {"dims": -1}, "ttnn")[0] == cm.round_to(np.float32(9 * scaler))[()] == 2.984375
-    assert run("mean", [t], {"dims": -1}, "ktt")[0] == 3.0
-    knobs(KTT_CUSTOM_KERNELS=0)
-    assert run("mean", [t], {"dims": -1})[0] == 2.984375
-    knobs(KTT_CUSTOM_KERNELS=1)
-    assert run("mean", [t], {"dims": -1})[0] == 3.0
+    assert run("mean", [t], {"dims": -1}, "host")[0] == 3.0
+    for custom in (0, 1):  # no own program for mean: the knob leaves bf16 means on TT-NN's kernel, as on a card
+        knobs(KTT_CUSTOM_KERNELS=custom)
+        assert run("mean", [t], {"dims": -1})[0] == 2.984375
     # over H and W together TT-NN's scaler tile holds sqrt(1/N), truncated, and the LLK applies it twice
     ones, _ = put(dev, np.ones((3, 3), np.float32), "bfloat16")
     root = float((np.float32(math.sqrt(1 / 9)).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32))
     assert run("mean", [ones], {}, "ttnn") == cm.round_to(np.float32(9 * root * root))[()] == 0.9921875
-    assert run("mean", [ones], {}, "ktt") == 1.0
+    assert run("mean", [ones], {}, "host") == 1.0
     # on many width-3 rows the exact scaler is measurably better
     t, x = put(dev, RNG.uniform(1, 2, (256, 3)), "bfloat16")
-    err = {p: np.abs(run("mean", [t], {"dims": 1}, p) - x.mean(1)).mean() for p in ("ttnn", "ktt")}
-    assert err["ktt"] < err["ttnn"] / 2
+    err = {p: np.abs(run("mean", [t], {"dims": 1}, p) - x.mean(1)).mean() for p in ("ttnn", "host")}
+    assert err["host"] < err["ttnn"] / 2
 
 
 def test_fp32_accumulation_beats_bf16_on_a_long_sum(dev):
@@ -311,18 +310,18 @@ def test_var_std_and_their_means(dev, dtype):
 def test_logsumexp_both_providers(dev):
     t, x = put(dev, RNG.standard_normal((8, 3000)) * 4, "bfloat16")
     ref = torch.logsumexp(torch.from_numpy(x), -1).numpy()
-    err = {p: np.abs(run("logsumexp", [t], {"dims": -1}, p) - ref) for p in ("ttnn", "ktt")}
-    assert np.all(err["ktt"] <= BF16_U * np.abs(ref) + 1e-5)  # one rounding, fp32 inside
+    err = {p: np.abs(run("logsumexp", [t], {"dims": -1}, p) - ref) for p in ("ttnn", "host")}
+    assert np.all(err["host"] <= BF16_U * np.abs(ref) + 1e-5)  # one rounding, fp32 inside
     # the chain stores m, x - m, the exps, their sum and its log in bf16: log(1 + d) keeps each relative error
     assert np.all(err["ttnn"] <= BF16_U * np.abs(ref) + 4 * BF16_U * (np.abs(ref - np.log(3000)) + 1))
     t, x = put(dev, RNG.standard_normal((8, 3000)) * 4, "float32")
     ref = torch.logsumexp(torch.from_numpy(x), -1).numpy()
-    err = {p: np.abs(run("logsumexp", [t], {"dims": -1}, p) - ref) for p in ("ttnn", "ktt")}
-    assert np.all(err["ktt"] <= 1e-6 * np.abs(ref))  # exact SFPU exp, fp32 sums
+    err = {p: np.abs(run("logsumexp", [t], {"dims": -1}, p) - ref) for p in ("ttnn", "host")}
+    assert np.all(err["host"] <= 1e-6 * np.abs(ref))  # exact SFPU exp, fp32 sums
     assert np.all(err["ttnn"] <= 2 * SRCA_U)  # the sum step reads the exps as TF32 in SrcA: log moves by <= 2^-9
-    assert err["ktt"].max() * 100 < err["ttnn"].mean()
+    assert err["host"].max() * 100 < err["ttnn"].mean()
     special, _ = put(dev, [[-np.inf, -np.inf], [np.inf, 1.0], [np.nan, 1.0], [1000.0, 1000.0]], "float32")
-    for p in ("ttnn", "ktt"):
+    for p in ("ttnn", "host"):
         got = run("logsumexp", [special], {"dims": 1}, p)
         # +inf: cardmath's FPU model turns inf * (a 0 fidelity part) into NaN in the ttnn chain's sum step
         assert got[0] == -np.inf and (got[1] == np.inf or p == "ttnn") and np.isnan(got[2])

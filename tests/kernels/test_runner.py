@@ -119,8 +119,8 @@ def test_random_stream_is_reproducible(dev):
 
 
 def test_an_implementation_declares_what_it_runs_and_the_runner_falls_back(dev, knobs):
-    """TT-NN's pools take 1-d and 2-d windows only: with TT-NN's kernels preferred, a 3-d max pool runs the own kernel
-    (the ttnn implementation says why not); asking for TT-NN's by name fails, typed, at the next synchronize."""
+    """TT-NN's pools take 1-d and 2-d windows only: a 3-d max pool runs the host math (the ttnn implementation says
+    why not; pools have no own program); asking for TT-NN's by name fails, typed, at the next synchronize."""
     from kohakutt.kernels import registry
 
     knobs(KTT_CUSTOM_KERNELS="0")
@@ -131,10 +131,12 @@ def test_an_implementation_declares_what_it_runs_and_the_runner_falls_back(dev, 
     assert ttnn_impl is not None and ttnn_impl.provider == "ttnn"
     spec = kk.from_numpy(dev, x).spec
     assert ttnn_impl.why_not([spec], attrs) == "TT-NN has no 3-d pools"
-    assert registry.fallback(ttnn_impl, [spec], attrs).provider == "ktt"
+    assert registry.fallback(ttnn_impl, [spec], attrs).provider == "host"
     got = kk.to_numpy(kk.run("max_pool", [kk.from_numpy(dev, x)], attrs)[0])
     np.testing.assert_array_equal(got, x.reshape(2, 2, 2, 2, 2, 2, 2).max(axis=(2, 4, 6)))
     with pytest.raises(CommandError, match="KohakuTTUnsupportedOperator: max_pool: TT-NN has no 3-d"):
         kk.to_numpy(kk.run("max_pool", [kk.from_numpy(dev, x)], attrs, provider="ttnn")[0])
     attrs2 = {**attrs, "kernel_size": (2, 2), "stride": (2, 2), "padding": (0, 0), "dilation": (1, 1)}
-    assert registry.fallback(ttnn_impl, [spec], attrs2) is ttnn_impl  # 2-d: TT-NN's own
+    bf16 = kk.from_numpy(dev, x, "bfloat16").spec
+    assert registry.fallback(ttnn_impl, [bf16], attrs2) is ttnn_impl  # 2-d bfloat16: TT-NN's own
+    assert registry.fallback(ttnn_impl, [spec], attrs2).provider == "host"  # TT-NN's pools take no float32 data

@@ -48,7 +48,7 @@ def reference(x: np.ndarray, dim: int):
 def bounds(provider: str, dtype: str, attention: bool, y, logy, d, x):
     """Per-element error bounds for softmax and log_softmax (see the module docstring)."""
     ax = np.abs(x) + np.abs(x - d)  # |x| + |max|: what a TF32 / bf16 subtraction's truncation scales with
-    if provider == "ktt":
+    if provider == "host":
         u = BF16_U if dtype == "bfloat16" else 2.0**-22
         return u * y + 2.0**-24 * (np.abs(d) + 4) * y, u * np.abs(logy) + 2.0**-22 * (np.abs(d) + 1)
     u = BF16_U if dtype == "bfloat16" else 2.0**-9  # bf16 intermediates, or TF32 operands in SrcA
@@ -67,17 +67,17 @@ def test_forward_matches_torch(dev, dtype, shape, dim):
     y, logy, d = reference(x, dim)
     attention = len(shape) <= 4 and dim % len(shape) == len(shape) - 1
     err = {}
-    for provider in ("ttnn", "ktt"):
+    for provider in ("ttnn", "host"):
         b_soft, b_log = bounds(provider, dtype, attention, y, logy, d, x)
         got = run("softmax", [t], {"dim": dim}, provider)
         err[provider] = np.abs(got - y)
         assert got.shape == shape and np.all(err[provider] <= b_soft), provider
         got = run("log_softmax", [t], {"dim": dim}, provider)
         assert np.all(np.abs(got - logy) <= b_log), provider
-    assert err["ktt"].mean() < err["ttnn"].mean()  # the own kernel's fp32 statistics are better
+    assert err["host"].mean() < err["ttnn"].mean()  # the host math's fp32 statistics are better
 
 
-@pytest.mark.parametrize("provider", ["ttnn", "ktt"])
+@pytest.mark.parametrize("provider", ["ttnn", "host"])
 def test_padding_never_leaks(dev, provider):
     rows = -100.0 - np.arange(33)[None, :] - 10 * np.arange(4)[:, None]  # all-negative rows of width 33
     for a, dim in ((rows, -1), (rows.T.copy(), 0), (rows[0], 0), (rows.reshape(2, 2, 33), -1)):
@@ -96,7 +96,7 @@ def test_numeric_stable_flag(dev):
     assert np.all(np.abs(stable - y) <= 0.07 * y + 1e-6)
     naive = run("softmax", [t], {"numeric_stable": False}, "ttnn")
     assert not np.allclose(naive, y, atol=0.01)  # exp(98) overflows fp32: the unshifted exps are garbage
-    assert np.array_equal(run("softmax", [t], {"numeric_stable": False}, "ktt"), run("softmax", [t], {}, "ktt"))
+    assert np.array_equal(run("softmax", [t], {"numeric_stable": False}, "host"), run("softmax", [t], {}, "host"))
 
 
 def test_scope_changes_ttnn_numerics(dev):
@@ -112,8 +112,8 @@ def test_scope_changes_ttnn_numerics(dev):
     assert exact < default  # TT-NN's default approximate exp adds to its error...
     assert err("ttnn", approx=False, fp32_acc=True) < exact / 4  # ...but its 16-bit DST (x - max, exps) costs more
     assert err("ttnn", fidelity="LoFi") > default  # the final multiply sees 5 bits of each exp
-    assert err("ktt") < err("ktt", approx=True)  # an explicit scope reaches the own kernel too
-    assert err("ktt") <= BF16_U / 2
+    assert err("host") < err("host", approx=True)  # an explicit scope reaches the host math too
+    assert err("host") <= BF16_U / 2
 
 
 def test_nan_and_infinite_rows_follow_torch(dev):
@@ -121,7 +121,7 @@ def test_nan_and_infinite_rows_follow_torch(dev):
     t, _ = put(dev, x)
     want = torch.softmax(torch.from_numpy(x), -1).numpy()
     want_log = torch.log_softmax(torch.from_numpy(x), -1).numpy()
-    for provider, dim in (("ktt", -1), ("ttnn", 0)):  # dim 0 of a 2-D tensor: TT-NN's moreh path, exact exp
+    for provider, dim in (("host", -1), ("ttnn", 0)):  # dim 0 of a 2-D tensor: TT-NN's moreh path, exact exp
         xt, _ = put(dev, x if dim == -1 else x.T.copy())
         got = run("softmax", [xt], {"dim": dim}, provider)
         got = got if dim == -1 else got.T
@@ -146,7 +146,7 @@ def test_backward_matches_torch(dev, dtype, shape, dim):
     want_log = torch._log_softmax_backward_data(tg, tl, dim, torch.float64).numpy()
     scale = y * (np.abs(g) + np.sum(np.abs(y * g), axis=dim, keepdims=True))
     scale_log = np.abs(g) + np.exp(logy) * np.sum(np.abs(g), axis=dim, keepdims=True)
-    for provider in ("ttnn", "ktt"):
+    for provider in ("ttnn", "host"):
         u = BF16_U if dtype == "bfloat16" else (2.0**-9 if provider == "ttnn" else 2.0**-22)
         k = 4 if provider == "ttnn" else 1  # TT-NN stores y * g, the sum and g - sum in the intermediate format
         got = run("softmax_backward", [gt, yt], {"dim": dim}, provider)
@@ -168,7 +168,7 @@ def test_errors_and_edge_shapes(dev):
     with pytest.raises(ShapeError, match="must be a tensor"):
         kk.run("softmax", [1.0], device=dev)
     s, _ = put(dev, np.float32(3.0), "bfloat16")
-    for provider in ("ttnn", "ktt"):
+    for provider in ("ttnn", "host"):
         assert run("softmax", [s], {"dim": 0}, provider) == 1.0  # a 0-d tensor is one element along dim 0
         assert run("log_softmax", [s], {"dim": -1}, provider) == 0.0
         one, _ = put(dev, np.float32(1.0))
@@ -180,12 +180,16 @@ def test_errors_and_edge_shapes(dev):
 
 
 def test_provider_follows_the_knob(dev, knobs):
+    """softmax has no own program a card can launch: KTT_CUSTOM_KERNELS does not change its provider (TT-NN's kernel,
+    the card's choice too); float32 rows under fp32_reduce='exact' pass to the host math either way."""
     t, _ = put(dev, np.random.default_rng(5).standard_normal((8, 64)), "bfloat16")
-    knobs(KTT_CUSTOM_KERNELS=0)
-    assert np.array_equal(run("softmax", [t]), run("softmax", [t], provider="ttnn"))
-    knobs(KTT_CUSTOM_KERNELS=1)
-    assert np.array_equal(run("softmax", [t]), run("softmax", [t], provider="ktt"))
-    assert not np.array_equal(run("softmax", [t], provider="ttnn"), run("softmax", [t], provider="ktt"))
+    f, _ = put(dev, np.random.default_rng(5).standard_normal((8, 64)), "float32")
+    for custom in (0, 1):
+        knobs(KTT_CUSTOM_KERNELS=custom)
+        assert kk.lookup("softmax", "sim").provider == kk.lookup("softmax", "ttnn").provider == "ttnn"
+        assert np.array_equal(run("softmax", [t]), run("softmax", [t], provider="ttnn"))
+        assert np.array_equal(run("softmax", [f]), run("softmax", [f], provider="host"))
+    assert not np.array_equal(run("softmax", [t], provider="ttnn"), run("softmax", [t], provider="host"))
 
 
 def test_graph_records_the_scope():
@@ -197,5 +201,5 @@ def test_graph_records_the_scope():
     assert y.spec == TensorSpec((4, 33), DType.BFLOAT16)
     assert str(g.nodes[0]).endswith("{dim=-1, numeric_stable=True; fidelity=HiFi4} : bfloat16[4, 33]")
     assert "fp32_acc=True, approx=False" in str(g.nodes[1])
-    impl = kk.lookup("softmax", "sim", "ktt")
+    impl = kk.lookup("softmax", "sim", "host")
     assert impl.program is None and impl.estimate is not None
