@@ -294,10 +294,12 @@ def _tile_sums(p: torch.Tensor) -> list[torch.Tensor]:
 
 # ------------------------------------------------------------------------------------------- TT-NN's SDPA model
 def _ttnn_setup(num: Numerics) -> tuple[Fidelity, bool, bool]:
-    """TT-NN's SDPA defaults where the scope leaves a field unset: HiFi2, 16-bit DST, approximate SFPU."""
-    fid = num.fidelity if num.fidelity is not None else Fidelity.HiFi2
-    acc = bool(num.fp32_acc) if num.fp32_acc is not None else False
-    approx = bool(num.approx) if num.approx is not None else True
+    """The compute config Kohaku-TT gives TT-NN's SDPA where the scope leaves a field unset: HiFi4, an fp32 DST and
+    exact exp (TT-NN's own defaults, HiFi2, a 16-bit DST and approximate exp, put bf16 attention a few percent off;
+    a ``numerics(fidelity="HiFi2", fp32_acc=False, approx=True)`` scope asks for them)."""
+    fid = num.fidelity if num.fidelity is not None else Fidelity.HiFi4
+    acc = bool(num.fp32_acc) if num.fp32_acc is not None else True
+    approx = bool(num.approx) if num.approx is not None else False
     return Fidelity(fid), acc, approx
 
 

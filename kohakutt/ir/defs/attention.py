@@ -8,10 +8,11 @@ also when Sq != Skv); the varlen ops align causal masks bottom-right per sequenc
 row that sees no key gives 0 and a logsumexp of -inf (PyTorch's convention). The second output, logsumexp, is the
 float32 log of each row's softmax denominator over the scaled, masked scores (what the backward ops take).
 
-Numerics: left unset (``Numerics()``), so each provider applies its own default: provider ttnn follows
-``ttnn.transformer.scaled_dot_product_attention`` (``init_device_compute_kernel_config(arch, cfg, HiFi2, true,
-false, false)``: HiFi2, approximate SFPU mode, 16-bit DST; bf16 intermediates; 32 x 32 Q and K chunks); provider ktt
-(Kohaku-TT's flash attention program) runs at HiFi4 with an fp32 DST. A ``numerics(...)`` scope's fidelity applies to
+Numerics: left unset (``Numerics()``), so each provider applies its own default: provider ttnn calls
+``ttnn.transformer.scaled_dot_product_attention`` with a compute config of HiFi4, an fp32 DST and exact exp (TT-NN's
+own defaults, ``init_device_compute_kernel_config(arch, cfg, HiFi2, true, false, false)``, put bf16 attention a few
+percent off); its intermediates are bf16 and it works in 32 x 32 Q and K chunks; provider ktt (Kohaku-TT's flash
+attention program) runs at HiFi4 with an fp32 DST. A ``numerics(...)`` scope's fidelity applies to
 both; fp32_acc and approx apply to provider ttnn only (the own kernel always keeps fp32 statistics and exact exp).
 Both are one pass on TF32 (float32) or bf16 operands, with P rounded to bf16: ``fp32_matmul="medium"`` moves the own
 kernel to HiFi2, "highest" does not split them (PyTorch's float32 attention under "highest", its default, takes the

@@ -4,11 +4,12 @@ Floats only (an integer or bool input is a DtypeError); the result has the input
 bfloat16; the backward ops promote grad and y). A 0-d tensor counts as one element along dim 0 / -1; a dim of size 0
 gives an empty result. A row containing NaN is NaN, a row of -inf is NaN (as PyTorch: max - max is NaN).
 
-Numerics: TT-NN's softmax programs run at HiFi4 with approximate SFPU mode on and fp32 DST exactly for fp32 inputs
-(tt-metal ``softmax_device_operation.cpp``: ``init_device_compute_kernel_config(arch, cfg, HiFi4, true, is_fp32,
-false)``; moreh_softmax likewise). The family default therefore leaves ``fp32_acc`` and ``approx`` unset: an unset
-field means "the provider's default" -- provider ttnn: fp32 DST iff the input is float32, approximate exp on;
-provider ktt: fp32 statistics and exact exp. A ``numerics(...)`` scope that sets them applies to both.
+Numerics: TT-NN's softmax programs run at HiFi4 with approximate SFPU mode on and fp32 DST only for fp32 inputs by
+default (tt-metal ``softmax_device_operation.cpp``: ``init_device_compute_kernel_config(arch, cfg, HiFi4, true,
+is_fp32, false)``; moreh_softmax likewise), which sums a bfloat16 row in a bfloat16 DST (a few percent off for rows
+of tens of values). The family default asks TT-NN for fp32 DST and exact exp instead (the compute kernel config
+Kohaku-TT passes on a card; the simulator's model follows it), as PyTorch accumulates reduced-precision softmax in
+float32. A ``numerics(fp32_acc=False, approx=True)`` scope gives TT-NN's own defaults back.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from kohakutt.ir.numerics import Fidelity, Numerics
 from kohakutt.ir.ops import ShapeError, Spec, TensorSpec, define, float_tensor, norm_dim
 
 FAMILY = "softmax"
-SOFTMAX_MATH = Numerics(Fidelity.HiFi4, None, None)  # fp32_acc / approx: the provider's default (see above)
+SOFTMAX_MATH = Numerics(Fidelity.HiFi4, True, False)  # fp32 DST, exact exp (see above)
 
 
 def softmax_dim(shape: Sequence[int], dim: Any, op: str = "softmax") -> int:

@@ -127,7 +127,11 @@ def test_backward_on_extreme_rows(op: str, row: str, dtype: str) -> None:
     if not torch.allclose(got.double(), ref.double(), rtol=2.0**-7, atol=1e-30, equal_nan=True):
         ref = grad(x)  # the gradient the CPU gives in the dtype (its roundings: bf16's logsumexp result, ...)
     tol = 2.0**-20 if dt == torch.float32 else 2.0**-6
-    torch.testing.assert_close(got.double(), ref.double(), rtol=tol, atol=2.0**-20, equal_nan=True)
+    # bfloat16: a gradient such as g - exp(y) * sum(g) cancels, so the forward's bf16 rounding of y (which may differ
+    # from the CPU's by an ulp: TT-NN's kernels round their own way) shows as an absolute error at the scale of the
+    # largest gradient, not relative to a cancelled element
+    atol = 2.0**-20 if dt == torch.float32 else 2.0**-6 * float(ref.double().abs().nan_to_num(0, 0, 0).max())
+    torch.testing.assert_close(got.double(), ref.double(), rtol=tol, atol=max(atol, 2.0**-20), equal_nan=True)
 
 
 def test_logsumexp_of_one_large_value() -> None:

@@ -315,7 +315,8 @@ def test_softmax_bfloat16_noncontiguous_and_dtype():
     x = randn(20, 9, seed=21, dtype=torch.bfloat16)
     t = x.to(DEV).t()
     ref = torch.softmax(x.double().t(), 1)
-    within(torch.softmax(t, 1), ref, 2.0**-8 * ref + 1e-6, "bf16 softmax of a transposed view")
+    # TT-NN's softmax: SFPU exp and reciprocal (each within 2^-9) and the store's bf16 rounding
+    within(torch.softmax(t, 1), ref, 2.0**-7 * ref + 1e-6, "bf16 softmax of a transposed view")
     r = torch.softmax(x.to(DEV), 0, dtype=torch.float32)
     assert r.dtype == torch.float32
     within(r, torch.softmax(x.double(), 0), FP32, "softmax dtype=float32")
