@@ -919,19 +919,29 @@ def vector_norm_ttnn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_s
     return _finish(ttnn_, y, out_specs[0])
 
 
-def _float32_sums(float_out: bool):
-    """``supports`` of TT-NN's reductions: :func:`float32_exact`, and integer data the op sums as float32 (``dtype=
-    float32``, or an op whose integer input gives a float32 result): the float32 cast reads as TF32 on the FPU too."""
+def _ttnn_reduce_supports(op: str):
+    """``supports`` of TT-NN's reductions: :func:`float32_exact`; integer data the op sums as float32 (``dtype=
+    float32``, or an op whose integer input gives a float32 result), since the float32 cast reads as TF32 on the FPU
+    too; and what the ``@ttnn`` functions above refuse (prod of integers, a float32 var / std with a 16-bit DST, a
+    non-bfloat16 norm of negative order)."""
+    float_out = op in ("logsumexp", "vector_norm")
 
     def supports(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> str | None:
         why = float32_exact(specs, attrs, num)
         x = specs[0] if specs else None
-        if why is not None or not num.exact_sums or not isinstance(x, TensorSpec) or x.dtype.is_float:
+        if why is not None or not isinstance(x, TensorSpec):
             return why
         to = attrs.get("dtype")
-        if (DType(getattr(to, "value", to)) if to is not None else None) is DType.FLOAT32 or (to is None and float_out):
+        to = DType(getattr(to, "value", to)) if to is not None else None
+        if num.exact_sums and not x.dtype.is_float and (to is DType.FLOAT32 or (to is None and float_out)):
             return ("TT-NN's kernel sums the float32 cast of integer data as TF32 on the FPU; fp32_reduce='exact' "
                     "asks for float32 adds")  # fmt: skip
+        if op == "prod" and not (to or x.dtype).is_float:
+            return f"TT-NN's prod takes bfloat16 / float32 tensors, not {(to or x.dtype).value}"
+        if op in ("var", "std", "var_mean", "std_mean") and x.dtype is DType.FLOAT32 and num.fp32_acc is False:
+            return "TT-NN's var / std of float32 needs an fp32 DST"
+        if op == "vector_norm" and x.dtype is not DType.BFLOAT16 and float(attrs["p"]) < 0:
+            return f"TT-NN has no {x.dtype.value} norm of negative order p={attrs['p']}"
         return None
 
     return supports
@@ -939,6 +949,6 @@ def _float32_sums(float_out: bool):
 
 # float32 data under fp32_reduce="exact": TT-NN's FPU sums read it as TF32, so these run on the host (float32 adds)
 for _op in ("sum", "mean", "prod", "logsumexp"):
-    declare((_op,), _float32_sums(_op == "logsumexp"))
+    declare((_op,), _ttnn_reduce_supports(_op))
 # TT-NN's variance and norm kernels square unscaled values: wrong (not just imprecise) for large groups, so the host
 declare(("var", "std", "var_mean", "std_mean", "vector_norm"), unscaled_squares)

@@ -19,8 +19,11 @@ from kohakutt import hal, numerics
 from kohakutt import kernels as kk
 from kohakutt.errors import DtypeError
 from kohakutt.ir import DType, Graph, TensorSpec
+from kohakutt.ir import ops as irops
+from kohakutt.ir.numerics import Numerics
 from kohakutt.ir.ops import ShapeError
 from kohakutt.kernels import cardmath as cm
+from kohakutt.kernels import registry
 
 BF16_U = 2.0**-8  # bf16 unit roundoff
 TF32_U = 2.0**-10  # truncation to TF32 in a source register
@@ -419,3 +422,24 @@ def test_cost_grows_with_the_input():
     est = [impl.estimate([s], [TensorSpec((1,), DType.BFLOAT16)], {}, Numerics(Fidelity.HiFi4, True, False), P150A)
            for s in (small, big)]  # fmt: skip
     assert 0 < est[0] < est[1]
+
+
+# ------------------------------------------------------------------------------------------------- providers
+@pytest.mark.parametrize(("op", "dtype", "attrs", "num", "provider"), [
+    ("sum", "bfloat16", {}, {}, "ttnn"),
+    ("sum", "float32", {}, {}, "host"),  # fp32_reduce="exact": float32 adds, which TT-NN's FPU reduce does not do
+    ("sum", "float32", {}, {"fp32_reduce": "tf32"}, "ttnn"),
+    ("mean", "int32", {"dtype": "float32"}, {}, "host"),  # the float32 cast is summed: as float32 data
+    ("logsumexp", "int32", {}, {}, "host"),
+    ("prod", "int32", {}, {"fp32_reduce": "tf32"}, "host"),  # TT-NN's prod takes no integers
+    ("var", "float32", {}, {"fp32_reduce": "tf32", "fp32_acc": False}, "host"),  # TT-NN's float32 var: an fp32 DST
+    ("var", "float32", {}, {"fp32_reduce": "tf32"}, "ttnn"),
+    ("vector_norm", "float32", {"p": -1.0}, {"fp32_reduce": "tf32"}, "host"),  # no float32 norm of negative order
+    ("vector_norm", "bfloat16", {"p": -1.0}, {}, "ttnn"),
+])  # fmt: skip
+def test_what_ttnn_refuses_runs_on_the_host_on_both_backends(op, dtype, attrs, num, provider):
+    specs = [TensorSpec((4, 40), DType(dtype))]
+    bound = irops.get(op).bind_attrs(attrs)
+    for backend in ("sim", "ttnn"):
+        impl = registry.fallback(registry.lookup(op, backend), specs, bound, Numerics(**num))
+        assert impl.provider == provider, (backend, impl)

@@ -15,7 +15,10 @@ from kohakutt import hal, numerics
 from kohakutt import kernels as kk
 from kohakutt.errors import DtypeError
 from kohakutt.ir import DType, Graph, TensorSpec
+from kohakutt.ir import ops as irops
+from kohakutt.ir.numerics import Numerics
 from kohakutt.ir.ops import ShapeError
+from kohakutt.kernels import registry
 
 BF16_U = 2.0**-8
 APPROX_EXP = 0.03
@@ -203,3 +206,17 @@ def test_graph_records_the_scope():
     assert "fp32_acc=True, approx=False" in str(g.nodes[1])
     impl = kk.lookup("softmax", "sim", "host")
     assert impl.program is None and impl.estimate is not None
+
+
+@pytest.mark.parametrize(("dtype", "fp32_reduce", "provider"), [
+    ("bfloat16", None, "ttnn"),
+    ("float32", None, "host"),  # float32 rows under fp32_reduce="exact"
+    ("float32", "tf32", "host"),  # TT-NN's moreh softmax backward takes bfloat16 / bfloat8_b outputs only
+])  # fmt: skip
+def test_backward_refusals_run_on_the_host_on_both_backends(dtype, fp32_reduce, provider):
+    specs = [TensorSpec((4, 33), DType(dtype))] * 2
+    for op in ("softmax_backward", "log_softmax_backward"):
+        bound = irops.get(op).bind_attrs({})
+        for backend in ("sim", "ttnn"):
+            impl = registry.fallback(registry.lookup(op, backend), specs, bound, Numerics(fp32_reduce=fp32_reduce))
+            assert impl.provider == provider, (op, backend, impl)
