@@ -432,10 +432,11 @@ def test_cost_grows_with_the_input():
     ("mean", "int32", {"dtype": "float32"}, {}, "host"),  # the float32 cast is summed: as float32 data
     ("logsumexp", "int32", {}, {}, "host"),
     ("prod", "int32", {}, {"fp32_reduce": "tf32"}, "host"),  # TT-NN's prod takes no integers
-    ("var", "float32", {}, {"fp32_reduce": "tf32", "fp32_acc": False}, "host"),  # TT-NN's float32 var: an fp32 DST
-    ("var", "float32", {}, {"fp32_reduce": "tf32"}, "ttnn"),
-    ("vector_norm", "float32", {"p": -1.0}, {"fp32_reduce": "tf32"}, "host"),  # no float32 norm of negative order
-    ("vector_norm", "bfloat16", {"p": -1.0}, {}, "ttnn"),
+    # TT-NN's variance and norm kernels square unscaled values (inf / 0 / NaN past 2^60): the host, whatever the data
+    ("var", "float32", {}, {"fp32_reduce": "tf32", "fp32_acc": False}, "host"),
+    ("var", "float32", {}, {"fp32_reduce": "tf32"}, "host"),
+    ("vector_norm", "float32", {"p": -1.0}, {"fp32_reduce": "tf32"}, "host"),
+    ("vector_norm", "bfloat16", {"p": -1.0}, {}, "host"),
 ])  # fmt: skip
 def test_what_ttnn_refuses_runs_on_the_host_on_both_backends(op, dtype, attrs, num, provider):
     specs = [TensorSpec((4, 40), DType(dtype))]
