@@ -638,11 +638,24 @@ def _program(*args: Any, **kw: Any) -> Any:
     return flash_attention_program(*args, **kw)
 
 
-sim("scaled_dot_product_attention", estimate=attention_cost)(_sdpa_ttnn)
+def _ttnn_sdpa_supports(specs: list, attrs: dict, num: Numerics = _UNSET) -> str | None:
+    """What TT-NN's SDPA takes (``_tt_forward``): bfloat16 or block-float queries, one head dim for keys and values."""
+    q, k, v = specs[:3]
+    if q.dtype not in (DType.BFLOAT16, DType.BFLOAT8_B, DType.BFLOAT4_B):
+        return f"TT-NN's SDPA takes bfloat16 or block floats, not {q.dtype.value}"
+    if k.shape[-1] != v.shape[-1]:
+        return f"TT-NN's SDPA takes one head dim for keys and values, got {k.shape[-1]} and {v.shape[-1]}"
+    return None
+
+
+sim("scaled_dot_product_attention", estimate=attention_cost, supports=_ttnn_sdpa_supports)(_sdpa_ttnn)
 sim("scaled_dot_product_attention", provider="ktt", estimate=flash_cost, program=_program)(_sdpa_ktt)
+# what TT-NN's SDPA refuses: the host computes it as the own flash-attention program does (its numerics)
+host("scaled_dot_product_attention", estimate=flash_cost)(_sdpa_ktt)
+host("sdpa_varlen", estimate=flash_cost)(_varlen_ktt)
 sim("sdpa_backward", estimate=attention_backward_cost)(_sdpa_backward_ttnn)
 host("sdpa_backward", estimate=flash_backward_cost)(_sdpa_backward_ktt)
-sim("sdpa_varlen", estimate=attention_cost)(_varlen_ttnn)
+sim("sdpa_varlen", estimate=attention_cost, supports=_ttnn_sdpa_supports)(_varlen_ttnn)
 sim("sdpa_varlen", provider="ktt", estimate=flash_cost, program=_program)(_varlen_ktt)
 sim("sdpa_varlen_backward", estimate=attention_backward_cost)(_varlen_backward_ttnn)
 host("sdpa_varlen_backward", estimate=flash_backward_cost)(_varlen_backward_ktt)
@@ -725,7 +738,7 @@ def _tt_empty(tt: Any, like: Any, out_shape: tuple, lse_shape: tuple) -> list:
     return [_tt_fill(tt, like, out_shape, 0.0, like.dtype), _tt_fill(tt, like, lse_shape, -math.inf, tt.float32)]
 
 
-@ttnn("scaled_dot_product_attention")
+@ttnn("scaled_dot_product_attention", supports=_ttnn_sdpa_supports)
 def sdpa_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list[TensorSpec]) -> Any:
     q, k, v = inputs[:3]
     if k.shape[2] == 0:
@@ -784,7 +797,7 @@ def _tt_seq(tt: Any, x: Any, a: int, z: int) -> Any:
     return tt.reshape(tt.permute(part, (1, 0, 2)), (1, x.shape[1], z - a, x.shape[2]))
 
 
-@ttnn("sdpa_varlen")
+@ttnn("sdpa_varlen", supports=_ttnn_sdpa_supports)
 def sdpa_varlen_ttnn(tt: Any, inputs: list, attrs: dict, num: Numerics, out_specs: list[TensorSpec]) -> Any:
     """Per sequence: TT-NN's SDPA on slices, causal aligned bottom-right (an explicit mask when Sq != Sk)."""
     q, k, v, cu_q, cu_k = inputs

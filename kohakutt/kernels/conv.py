@@ -379,12 +379,9 @@ def _ttnn_conv_supports(specs: list, attrs: dict, num: Numerics = UNSET) -> str 
 
 
 def _refused(why: str) -> KohakuTTUnsupportedOperator:
-    """What a convolution TT-NN cannot run raises: a card has no other provider for conv (no host conv, and it does
-    not launch the own program), so the simulator, choosing as a card does, refuses it too."""
-    return KohakuTTUnsupportedOperator(
-        f"conv: {why}; a card has no other implementation of this convolution (Kohaku-TT's own kernel runs it on "
-        "the simulator only: provider='ktt')"
-    )
+    """What TT-NN's convolution raises, asked for by name, for a convolution it cannot run (the default passes such
+    calls to the host provider)."""
+    return KohakuTTUnsupportedOperator(f"conv: {why}; the default runs it on the host (provider 'host')")
 
 
 @sim("conv", provider="ttnn", estimate=estimate_conv_ttnn, supports=_ttnn_conv_supports)
@@ -398,6 +395,10 @@ def conv_ttnn_model(call: SimCall) -> np.ndarray:
 @sim("conv", provider="ktt", estimate=estimate_conv_ktt, program=conv_program)
 def conv_ktt(call: SimCall) -> np.ndarray:
     return _run_conv(call)
+
+
+# what TT-NN's convolution refuses (transposed 3-d, uneven 3-d padding): the host, with the card's formats
+host("conv", estimate=estimate_conv_ktt)(_run_conv)
 
 
 def _weight_grad(

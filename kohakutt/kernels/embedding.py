@@ -23,6 +23,7 @@ from kohakutt.errors import KohakuTTUnsupportedOperator
 from kohakutt.hal.card import CardSpec
 from kohakutt.hal.formats import round_bfloat16
 from kohakutt.ir.defs.embedding import padding_row
+from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import UNSET, Numerics
 from kohakutt.ir.ops import TensorSpec
 from kohakutt.kernels import cost
@@ -106,7 +107,11 @@ def _truncating_sum(idx: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
 
 
 def _ttnn_backward_supports(specs: list, attrs: dict, num: Numerics = UNSET) -> str | None:
-    return "TT-NN's embedding_bw has no scale_grad_by_freq" if attrs["scale_grad_by_freq"] else None
+    if attrs["scale_grad_by_freq"]:
+        return "TT-NN's embedding_bw has no scale_grad_by_freq"
+    if isinstance(specs[0], TensorSpec) and specs[0].dtype in (DType.FLOAT32, DType.FLOAT16):
+        return "TT-NN's embedding_bw sums float32 gradients in bfloat16"
+    return None
 
 
 @sim("embedding_backward", estimate=embedding_backward_cost, supports=_ttnn_backward_supports)

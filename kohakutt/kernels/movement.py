@@ -993,6 +993,10 @@ def _sort_supports(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> s
     x = specs[0]
     if isinstance(x, TensorSpec) and x.dtype not in (DType.BFLOAT16, DType.FLOAT32):
         return f"TT-NN's sort takes bfloat16 / float32 values, not {x.dtype.value}"
+    if isinstance(x, TensorSpec) and x.dtype is DType.BFLOAT16:
+        return "TT-NN's sort of bfloat16 turns NaN into an infinity of its sign (a wrong value)"
+    if attrs.get("stable"):
+        return "TT-NN's stable sort turns -0.0 into +0.0"
     return None
 
 

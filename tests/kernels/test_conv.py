@@ -104,14 +104,11 @@ def _bound(x, w, attrs):
 def test_conv_fp32_dst_matches_float64(dev, name, xs, ws, attrs):
     x, w = bf16(*xs), bf16(*ws)
     bias = bf16(ws[1] * attrs.get("groups", 1) if attrs.get("transposed") else ws[0])
-    provider = None
     if conv_kernels.ttnn_supports(conv_kernels.conv_geometry(xs, ws, {**irops.get("conv").attrs, **attrs})):
-        # TT-NN cannot run it and a card has no other conv: by default it is refused, as on a card; the numerics
-        # are checked on the own kernel, which the simulator runs when asked for
+        # TT-NN cannot run it: asked for by name it is refused, typed; by default the host runs it
         with pytest.raises(CommandError, match="KohakuTTUnsupportedOperator: conv: TT-NN has no"):
-            run_conv(dev, x, w, bias, **attrs)
-        provider = "ktt"
-    got = run_conv(dev, x, w, bias, provider=provider, num={"fidelity": "HiFi4", "fp32_acc": True}, **attrs)
+            run_conv(dev, x, w, bias, provider="ttnn", **attrs)
+    got = run_conv(dev, x, w, bias, num={"fidelity": "HiFi4", "fp32_acc": True}, **attrs)
     ref = torch_conv(x, w, bias, **attrs)
     mag, k = _bound(x, w, attrs)
     assert got.shape == ref.shape

@@ -173,8 +173,13 @@ def test_convolution_channels_last():
     within(y.cpu().double(), F.conv2d(x.double(), w.double(), padding=1), TF32 * s + 1e-6, "channels-last conv2d")
 
 
-def test_what_ttnn_cannot_run_takes_the_own_kernels(knobs):
+def test_what_ttnn_cannot_run_takes_the_host(knobs):
+    """A transposed 3-d convolution, a 3-d pool, adaptive max pool indices: TT-NN has none, so the host runs them
+    (counted), with either knob setting."""
+    from kohakutt.kernels import host_runs
+
     knobs(KTT_CUSTOM_KERNELS="0")
+    host_runs(reset=True)
     x, w = randn(1, 2, 3, 3, 2, seed=55), randn(2, 3, 2, 2, 2, seed=56)
     y = F.conv_transpose3d(x.to(DEV), w.to(DEV), stride=2).cpu().double()
     s = F.conv_transpose3d(x.double().abs(), w.double().abs(), stride=2)
@@ -183,6 +188,7 @@ def test_what_ttnn_cannot_run_takes_the_own_kernels(knobs):
     assert torch.equal(F.max_pool3d(x.to(DEV), 2).cpu(), F.max_pool3d(x, 2))
     _, i = F.adaptive_max_pool2d(x[0].to(DEV), 3, return_indices=True)
     assert torch.equal(i.cpu(), F.adaptive_max_pool2d(x[0], 3, return_indices=True)[1])
+    assert {"conv", "max_pool", "adaptive_max_pool"} <= set(host_runs())
 
 
 def test_convolution_dtype_mismatch_is_a_typed_error():
