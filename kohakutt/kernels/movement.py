@@ -532,7 +532,14 @@ def sort_ktt(call: SimCall) -> list[np.ndarray]:
     return [vals, order]
 
 
-@sim("topk", estimate=sort_cost)
+def _topk_supports(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> str | None:
+    x = specs[0]
+    if isinstance(x, TensorSpec) and x.dtype not in (DType.BFLOAT16, DType.FLOAT32, DType.BFLOAT8_B):
+        return f"TT-NN's topk takes bfloat16 / bfloat8_b / float32 values, not {x.dtype.value}"
+    return None
+
+
+@sim("topk", estimate=sort_cost, supports=_topk_supports)
 def topk(call: SimCall) -> list[np.ndarray]:
     x, a = call.inputs[0], call.attrs
     vals, order = _sorted(x, a["dim"], bool(a["largest"]))
@@ -541,6 +548,9 @@ def topk(call: SimCall) -> list[np.ndarray]:
     d = norm_dim(a["dim"], x.ndim, "topk")
     cut = (slice(None),) * d + (slice(0, int(a["k"])),)
     return [vals[cut], order[cut]]
+
+
+host("topk", estimate=sort_cost)(topk)  # what TT-NN's topk refuses (integer values)
 
 
 @host("searchsorted", estimate=search_cost)
@@ -889,7 +899,7 @@ def tt_sort(tt, inputs, attrs, numerics, out_specs):
     return [tt_finish(tt, vals, out_specs[0]), tt_finish(tt, order, out_specs[1])]
 
 
-@ttnn("topk")
+@ttnn("topk", supports=_topk_supports)
 def tt_topk(tt, inputs, attrs, numerics, out_specs):
     x = inputs[0]
     if x.dtype not in (tt.bfloat16, tt.float32, tt.bfloat8_b):  # float32 holds no int32 exactly above 2^24
