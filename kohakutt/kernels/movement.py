@@ -527,7 +527,7 @@ def sort_ttnn(call: SimCall) -> list[np.ndarray]:
 
 
 @host("sort", estimate=sort_cost)
-def sort_ktt(call: SimCall) -> list[np.ndarray]:
+def sort_host(call: SimCall) -> list[np.ndarray]:
     vals, order = _sorted(call.inputs[0], call.attrs["dim"], call.attrs["descending"])
     return [vals, order]
 

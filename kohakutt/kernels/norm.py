@@ -1,5 +1,7 @@
-"""The norm family: the simulator's models of TT-NN 0.81.1's norm kernels (provider "ttnn"), Kohaku-TT's own
-kernels with fp32 statistics (provider "ktt"), the real-card TT-NN calls and the cost estimates.
+"""The norm family: the simulator's models of TT-NN 0.81.1's norm kernels (provider "ttnn"), Kohaku-TT's layer /
+RMS norm program (provider "ktt", run when asked for by name: a card has no launcher for it yet), the host's
+computations with fp32 statistics (provider "host", which every norm call takes by default: TT-NN's kernels square
+unscaled values), the real-card TT-NN calls and the cost estimates.
 
 What the "ttnn" models follow (the kernel sources TT-NN 0.81.1 ships, ``ttnn/cpp/ttnn/operations/normalization``
 and ``.../moreh``):
@@ -31,10 +33,9 @@ Provider "ktt": layer_norm, rms_norm and the fused add variants are Kohaku-TT's 
 (:mod:`kohakutt.kernels.programs.norm`; the fast path here runs its vectorized model, bit-exact with the program);
 rows wider than its L1 budget go to TT-NN's kernel, as they would on a card. In that program float32 data enters
 the FPU as TF32 (the fused add too), so its results carry about 2^-10 relative error (see the program's module
-docstring): it runs for float32 only under ``fp32_reduce="tf32"``. By default float32 rows take the SFPU variant
-(:func:`sfpu_rowwise`): every step a float32 SFPU op, the statistics float32 sums, one rounding when stored; its
-program is not written yet (the sim runs its model). The other ops compute in fp32 with float64-accumulated sums
-(two-pass statistics) and round once to the output dtype; they have no program yet.
+docstring): it takes float32 only under ``fp32_reduce="tf32"``, else :func:`sfpu_rowwise`. Provider "host": the row
+norms are :func:`sfpu_rowwise` (every step a float32 op, the statistics float32 sums, one rounding when stored); the
+other ops compute in fp32 with float64-accumulated sums (two-pass statistics) and round once to the output dtype.
 """
 
 from __future__ import annotations
@@ -357,7 +358,7 @@ def ttnn_group_norm(call: SimCall) -> list[np.ndarray]:
     return [y, mean.reshape(n, groups), rstd.reshape(n, groups)]
 
 
-def ktt_group_norm(call: SimCall) -> list[np.ndarray]:
+def host_group_norm(call: SimCall) -> list[np.ndarray]:
     """Two-pass fp32 statistics per group (float64 sums), the affine in fp32, one rounding."""
     x = np.asarray(call.inputs[0], F32)
     groups = int(call.attrs["num_groups"])
@@ -449,7 +450,7 @@ def ttnn_batch_norm(call: SimCall) -> list[np.ndarray]:
     return [y, mean.astype(F32), den.astype(F32), *_running(call, p, mean, var, 1.0, run_fmt, acc, fid)]
 
 
-def ktt_batch_norm(call: SimCall) -> list[np.ndarray]:
+def host_batch_norm(call: SimCall) -> list[np.ndarray]:
     """Two-pass fp32 batch statistics (float64 sums), PyTorch's running update (unbiased var), one rounding."""
     x = np.asarray(call.inputs[0], F32)
     p = _params(call, 1, "wbmv")
@@ -501,7 +502,7 @@ def _row_backward_inputs(call: SimCall, n_stats: int) -> tuple[np.ndarray, ...]:
     return (g, x, *stats)
 
 
-def ktt_row_backward(call: SimCall, rms: bool) -> list[np.ndarray]:
+def host_row_backward(call: SimCall, rms: bool) -> list[np.ndarray]:
     """grad of layer / RMS norm: fp32 element-wise, float64-accumulated sums rounded to fp32."""
     g, x, *stats = _row_backward_inputs(call, 1 if rms else 2)
     rstd = stats[-1]
@@ -595,7 +596,7 @@ def _group_backward_inputs(call: SimCall) -> tuple[np.ndarray, np.ndarray, np.nd
     return g, x, mean, rstd, groups
 
 
-def ktt_group_norm_backward(call: SimCall) -> list[np.ndarray]:
+def host_group_norm_backward(call: SimCall) -> list[np.ndarray]:
     g, x, mean, rstd, groups = _group_backward_inputs(call)
     p = _params(call, 4, "w")
     n, c = x.shape[:2]
@@ -666,7 +667,7 @@ def _batch_backward_inputs(call: SimCall) -> tuple[np.ndarray, np.ndarray, np.nd
     return g, x, mean, second, p
 
 
-def ktt_batch_norm_backward(call: SimCall) -> list[np.ndarray]:
+def host_batch_norm_backward(call: SimCall) -> list[np.ndarray]:
     g, x, mean, invstd, p = _batch_backward_inputs(call)
     c = x.shape[1]
     chan = (1, c) + (1,) * (x.ndim - 2)
@@ -756,17 +757,17 @@ for _op, _rms, _fused in (("layer_norm", False, False), ("add_layer_norm", False
     host(_op, estimate=_fwd_cost)(lambda call, _r=_rms, _f=_fused: sfpu_rowwise(call, _r, _f))
 
 sim("layer_norm_backward", estimate=norm_cost(3, 7, 0, launches=2))(ttnn_layer_norm_backward)
-host("layer_norm_backward", estimate=norm_cost(3, 7, 0))(lambda c: ktt_row_backward(c, False))
+host("layer_norm_backward", estimate=norm_cost(3, 7, 0))(lambda c: host_row_backward(c, False))
 sim("rms_norm_backward", estimate=norm_cost(3, 5, 0, launches=9))(ttnn_rms_norm_backward)
-host("rms_norm_backward", estimate=norm_cost(3, 5, 0))(lambda c: ktt_row_backward(c, True))
+host("rms_norm_backward", estimate=norm_cost(3, 5, 0))(lambda c: host_row_backward(c, True))
 sim("group_norm", estimate=norm_cost(2, 7, 1))(ttnn_group_norm)
-host("group_norm", estimate=norm_cost(2, 5, 1))(ktt_group_norm)
+host("group_norm", estimate=norm_cost(2, 5, 1))(host_group_norm)
 sim("group_norm_backward", estimate=norm_cost(4, 8, 0, launches=2))(ttnn_group_norm_backward)
-host("group_norm_backward", estimate=norm_cost(4, 7, 0))(ktt_group_norm_backward)
+host("group_norm_backward", estimate=norm_cost(4, 7, 0))(host_group_norm_backward)
 sim("batch_norm", estimate=norm_cost(2, 6, 1, launches=8))(ttnn_batch_norm)
-host("batch_norm", estimate=norm_cost(2, 5, 1))(ktt_batch_norm)
+host("batch_norm", estimate=norm_cost(2, 5, 1))(host_batch_norm)
 sim("batch_norm_backward", estimate=norm_cost(3, 7, 0, launches=10))(ttnn_batch_norm_backward)
-host("batch_norm_backward", estimate=norm_cost(3, 6, 0))(ktt_batch_norm_backward)
+host("batch_norm_backward", estimate=norm_cost(3, 6, 0))(host_batch_norm_backward)
 
 
 # ------------------------------------------------------------------------------------------ real card: TT-NN

@@ -1,7 +1,8 @@
-"""The reduce family: the simulator's models of TT-NN's reduce kernels (provider "ttnn"), Kohaku-TT's own kernels
-where TT-NN rounds too much (provider "ktt": sum, mean, prod, logsumexp, vector_norm), and the real-card TT-NN calls.
+"""The reduce family: the simulator's models of TT-NN's reduce kernels (provider "ttnn"), the host's computations
+for the calls TT-NN's kernels refuse (provider "host": float32 sums under ``fp32_reduce="exact"``; var / std and
+vector norms always, as TT-NN squares unscaled values), and the real-card TT-NN calls.
 
-The own kernels sum float32 data with float32 adds on the SFPU (the data copied into an fp32 DST unchanged, tiles
+The host computations sum float32 data with float32 adds on the SFPU (the data copied into an fp32 DST unchanged, tiles
 added element-wise, then SFPU column sums; the order of the adds is left to the model: NumPy's pairwise float32 sum)
 unless the numerics say ``fp32_reduce="tf32"``: then float32 data takes the FPU reduce, which reads it as TF32.
 Other float formats always take the FPU reduce, whose products with a 1.0 scaler are exact for them.
@@ -306,7 +307,7 @@ def fp32_total(r: Reduction, num: Numerics) -> np.ndarray:
 
 
 @host("sum", estimate=own_reduce_cost)
-def sum_ktt(call: SimCall) -> np.ndarray:
+def sum_host(call: SimCall) -> np.ndarray:
     r = reduction(call)
     done = r.empty(0)
     if done is not None:
@@ -317,7 +318,7 @@ def sum_ktt(call: SimCall) -> np.ndarray:
 
 
 @host("mean", estimate=own_reduce_cost)
-def mean_ktt(call: SimCall) -> np.ndarray:
+def mean_host(call: SimCall) -> np.ndarray:
     r = reduction(call)
     done = r.empty(np.nan)
     if done is not None:
@@ -476,7 +477,7 @@ for _name in ("var", "std", "var_mean", "std_mean"):
 _SQUARE_SAFE = 2.0**60  # a group whose largest |x| is beyond this is scaled first: (x - mean)^2 stays finite
 
 
-def _var_op_ktt(kind: str):
+def _var_op_host(kind: str):
     """The own kernel: TT-NN's two fp32 passes, on the group scaled by a power of two when its largest magnitude
     would overflow the squares (:func:`pow2_exponent`), so var of [3e38, 3e38] is 0 and std of [1e20, 0] is finite;
     the results are scaled back exactly (a var beyond float32 is inf, as it must be)."""
@@ -500,7 +501,7 @@ def _var_op_ktt(kind: str):
 
 
 for _name in ("var", "std", "var_mean", "std_mean"):
-    host(_name, estimate=chain_cost(2))(_var_op_ktt(_name))
+    host(_name, estimate=chain_cost(2))(_var_op_host(_name))
 
 
 # ----------------------------------------------------------------------------------------------- logsumexp
@@ -530,7 +531,7 @@ def logsumexp_ttnn(call: SimCall) -> np.ndarray:
 
 
 @host("logsumexp", estimate=chain_cost(2))
-def logsumexp_ktt(call: SimCall) -> np.ndarray:
+def logsumexp_host(call: SimCall) -> np.ndarray:
     r = reduction(call)
     done = r.empty(-np.inf)
     if done is not None:
@@ -610,7 +611,7 @@ def _pow_sfpu(a: np.ndarray, p: float) -> np.ndarray:
 
 
 @host("vector_norm", estimate=chain_cost(2))
-def vector_norm_ktt(call: SimCall) -> np.ndarray:
+def vector_norm_host(call: SimCall) -> np.ndarray:
     """The own kernel: float32 data as float32 SFPU ops (|x|, x * x or |x| ** p, each rounded once) summed with SFPU
     float32 adds, then the root (p = +-inf: the largest / smallest |x| by SFPU compares, exact); for p > 0 (not 1) a
     group whose largest |x| is beyond 2^(60/p) or below 2^(-60/p) is first scaled by a power of two

@@ -1,6 +1,6 @@
-"""The softmax family: the simulator's models of TT-NN's softmax kernels (provider "ttnn"), Kohaku-TT's own kernel
-with fp32 statistics (provider "ktt"; its Metalium program is not written yet, so ``program=None``: the sim runs the
-vectorized model below), and the real-card TT-NN calls.
+"""The softmax family: the simulator's models of TT-NN's softmax kernels (provider "ttnn"), the host's computation
+with fp32 statistics (provider "host": the calls TT-NN's kernels refuse, float32 rows under
+``fp32_reduce="exact"``), and the real-card TT-NN calls.
 
 Padding never leaks: along a tiled dim (one of the last two) the row is padded to whole tiles with -inf before the
 max and the exp, as TT-NN's attention program does (its -inf mask tile), the moreh kernels also zero the padding's
@@ -133,8 +133,8 @@ def ttnn_backward(call: SimCall, log: bool) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------ Kohaku-TT's kernel
-def ktt_forward(call: SimCall, log: bool) -> np.ndarray:
-    """The own kernel: fp32 max, fp32 x - max, SFPU exp (exact unless the scope asks approx), fp32 row sums on the
+def host_forward(call: SimCall, log: bool) -> np.ndarray:
+    """The host: fp32 max, fp32 x - max, SFPU exp (exact unless the scope asks approx), fp32 row sums on the
     SFPU, then e * (1/sum) or (x - max) - log(sum) in fp32; one rounding, to the output dtype, when stored."""
     done = _empty(call)
     if done is not None:
@@ -150,7 +150,7 @@ def ktt_forward(call: SimCall, log: bool) -> np.ndarray:
     return rows.back(y)
 
 
-def ktt_backward(call: SimCall, log: bool) -> np.ndarray:
+def host_backward(call: SimCall, log: bool) -> np.ndarray:
     done = _empty(call)
     if done is not None:
         return done
@@ -167,10 +167,10 @@ def ktt_backward(call: SimCall, log: bool) -> np.ndarray:
 
 for _op, _log in (("softmax", False), ("log_softmax", True)):
     sim(_op, estimate=softmax_cost)(lambda call, _log=_log: ttnn_forward(call, _log))
-    host(_op, estimate=softmax_cost)(lambda call, _log=_log: ktt_forward(call, _log))
+    host(_op, estimate=softmax_cost)(lambda call, _log=_log: host_forward(call, _log))
 for _op, _log in (("softmax_backward", False), ("log_softmax_backward", True)):
     sim(_op, estimate=softmax_cost)(lambda call, _log=_log: ttnn_backward(call, _log))
-    host(_op, estimate=softmax_cost)(lambda call, _log=_log: ktt_backward(call, _log))
+    host(_op, estimate=softmax_cost)(lambda call, _log=_log: host_backward(call, _log))
 
 
 # ------------------------------------------------------------------------------------------ real card: TT-NN
