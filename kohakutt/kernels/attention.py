@@ -427,8 +427,9 @@ def ktt_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, o: 
 def ttnn_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarray, lse: np.ndarray,
                   mask: np.ndarray | None, *, scale: float, causal: bool, offset: int = 0, num: Numerics = _UNSET
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """The backward composed from ttnn ops (TT-NN 0.81 has no SDPA backward): ttnn.matmul at the fidelity (HiFi2
-    default, 16-bit DST), element-wise ops on the FPU (HiFi4, 16-bit DST), every intermediate stored bf16."""
+    """The backward composed from ttnn ops (TT-NN 0.81 has no SDPA backward): ttnn.matmul and the element-wise ops on
+    the FPU at the compute config (:func:`_ttnn_setup`: HiFi4 and an fp32 DST unless a scope says otherwise), every
+    intermediate stored bf16."""
     fid, acc, _ = _ttnn_setup(num)
     hq, hkv = q.shape[1], k.shape[1]
     grp = hq // hkv
@@ -594,11 +595,11 @@ def _visible_tiles(sq: int, skv: int, causal: bool) -> int:
 
 
 def attention_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numerics, card: CardSpec,
-                   default: Fidelity = Fidelity.HiFi2) -> float:  # fmt: skip
+                   default: Fidelity = Fidelity.HiFi4) -> float:  # fmt: skip
     """Launch + max(DRAM traffic, compute) over the cores. Traffic: q and the outputs once, and the K and V tiles (and
     a mask tile) again for every (Q tile, K tile) pair computed: flash attention streams K and V once per 32-row Q
-    tile. Compute: per pair, Dt + Dvt matmul tiles at the fidelity (the scope's, else ``default``: TT-NN's HiFi2) and
-    four SFPU / FPU tile ops. A varlen call counts its packed lengths as one sequence."""
+    tile. Compute: per pair, Dt + Dvt matmul tiles at the fidelity (the scope's, else ``default``: HiFi4, the config
+    given to TT-NN) and four SFPU / FPU tile ops. A varlen call counts its packed lengths as one sequence."""
     q, k, v = ins[0], ins[1], ins[2]
     assert isinstance(q, TensorSpec) and isinstance(k, TensorSpec) and isinstance(v, TensorSpec)
     if q.ndim == 4:

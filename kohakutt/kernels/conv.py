@@ -11,8 +11,10 @@ in another float32 order, so it was removed).
 Providers: ``ttnn`` models TT-NN's kernels and refuses what TT-NN cannot run (transposed 3-d convolutions; 3-d
 convolutions with uneven 'same' padding): ``ttnn.conv1d`` / ``conv2d`` / ``conv_transpose2d`` take NHWC input, so an
 NCHW input costs two permutes, and a grouped convolution runs as a dense one over block-diagonal weights (TT-NN
-expands the weights), which the estimate counts. ``ktt`` is Kohaku-TT's own kernel: every case, groups run as
-separate GEMMs, channels-first or channels-last read in place. The numerics are the same. For 1-d and 2-d forward
+expands the weights), which the estimate counts; what it refuses runs on the ``host`` provider (the same
+arithmetic). ``ktt`` is Kohaku-TT's own kernel, run when asked for by name (a card has no launcher for it yet):
+every case, groups run as separate GEMMs, channels-first or channels-last read in place. The numerics are the
+same. For 1-d and 2-d forward
 convolutions the own kernel is also a hal program (``kohakutt/kernels/programs/conv.py``, registered as the ktt
 implementation's ``program``): the same arithmetic tile by tile, its bf16 DST an fp32 DST over each kernel row
 packed to a bfloat16 CB between rows; the tests check it against this model.
@@ -371,6 +373,8 @@ def ttnn_supports(g: ConvGeometry) -> str | None:
         return "TT-NN has no transposed 3-d convolution"
     if g.d == 3 and any(lo != hi for lo, hi in g.padding):
         return "ttnn.experimental.conv3d takes one padding per dim, not uneven ('same') padding"
+    if g.d == 3 and g.groups != 1 and (g.c_in // g.groups) % 16:
+        return f"TT-NN's conv3d needs the {g.c_in // g.groups} channels per group to be a multiple of 16"
     return None
 
 

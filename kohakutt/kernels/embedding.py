@@ -28,7 +28,7 @@ from kohakutt.ir.numerics import UNSET, Numerics
 from kohakutt.ir.ops import TensorSpec
 from kohakutt.kernels import cost
 from kohakutt.kernels.movement import check_range, sequential, tt_dtype, tt_finish, tt_index, tt_layout
-from kohakutt.kernels.registry import SimCall, host, sim, ttnn
+from kohakutt.kernels.registry import SimCall, declare, host, sim, ttnn
 
 # fmt: off
 TTNN_NAMES: tuple[str, ...] = (
@@ -180,3 +180,15 @@ def tt_embedding_backward(tt, inputs, attrs, numerics, out_specs):
     out = tt.embedding_bw(flat, table, tt.to_layout(g, tt.TILE_LAYOUT), dtype=tt.bfloat16)
     out = tt.slice(tt.reshape(out, [rows32, dim32]), [0, 0], [rows, dim], [1, 1])
     return tt_finish(tt, tt.to_layout(out, tt_layout(tt, spec)), spec)
+
+
+def _ttnn_table_supports(specs: list, attrs: dict, num: Numerics = UNSET) -> str | None:
+    w = specs[0]
+    if isinstance(w, TensorSpec) and w.dtype not in (DType.BFLOAT16, DType.BFLOAT8_B, DType.BFLOAT4_B):
+        return f"TT-NN's embedding takes a bfloat16 (or block-float) table, not {w.dtype.value}"
+    return None
+
+
+# what TT-NN's embedding refuses (a float32 or integer table): the host gathers the rows, exactly
+declare(("embedding",), _ttnn_table_supports)
+host("embedding", estimate=embedding_cost)(embedding)

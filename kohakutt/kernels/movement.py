@@ -330,7 +330,7 @@ def _std_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _scatter(call: SimCall, strict: bool) -> np.ndarray:
-    """torch.scatter_reduce on the simulator. ``strict`` (the ktt kernel): out-of-range indices raise and NaN
+    """torch.scatter_reduce on the simulator. ``strict`` (the host): out-of-range indices raise and NaN
     propagates through amax / amin; otherwise (TT-NN's RISC-V loop) they are skipped and max / min follow std::max."""
     x, idx, src = call.inputs
     a = call.attrs
@@ -1012,3 +1012,11 @@ def _sort_supports(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> s
 
 declare(("scatter",), _scatter_supports)
 declare(("sort",), _sort_supports)
+
+
+def _repeats_supports(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> str | None:
+    return "TT-NN has no repeat_interleave with a repeats tensor" if len(specs) == 2 else None
+
+
+declare(("repeat_interleave",), _repeats_supports)
+host("repeat_interleave", estimate=index_loop)(repeat_interleave)  # what TT-NN lacks: a repeats tensor

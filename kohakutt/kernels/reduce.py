@@ -222,7 +222,7 @@ def int_total(r: Reduction) -> np.ndarray:
 def pow2_exponent(m: np.ndarray, limit: float) -> np.ndarray:
     """Per group, the power of two ``e`` that brings the group's largest magnitude ``m`` into [1, 2) where ``m`` is
     finite and above ``limit`` or nonzero and below ``1 / limit``; 0 elsewhere.
-    The own kernels scale such a group by 2^-e before squaring or summing it (one SFPU multiply per element, exact:
+    The host scales such a group by 2^-e before squaring or summing it (one SFPU multiply per element, exact:
     only values that fall below float32's normal range change, and those are negligible next to 2^e) and scale the
     result back, so ``x * x`` or a sum cannot overflow (or underflow) where the result itself is finite."""
     m = np.asarray(m, np.float64)
@@ -252,7 +252,7 @@ SFPU_COLUMN_CYCLES = 4 * cost.SFPU_TILE_CYCLES  # the SFPU's sums down a tile's 
 
 
 def own_reduce_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: Numerics, card: CardSpec) -> float:
-    """The own kernels: float32 data summed on the SFPU (a copy and an add per input tile, a column reduce per output
+    """The host: float32 data summed as the SFPU would (a copy and an add per input tile, a column reduce per output
     tile) unless ``fp32_reduce="tf32"``; other formats (and "tf32") as :func:`reduce_cost`."""
     if not (exact_fp32(ins[0]) and num.exact_sums):
         return reduce_cost(ins, outs, attrs, num, card)
@@ -263,7 +263,7 @@ def own_reduce_cost(ins: list[Spec], outs: list[TensorSpec], attrs: dict, num: N
 
 
 def exact_fp32(spec: Spec) -> bool:
-    """Whether ``spec`` is float32 data (the own kernels sum it on the SFPU unless ``fp32_reduce="tf32"``)."""
+    """Whether ``spec`` is float32 data (the host sums it with float32 adds unless ``fp32_reduce="tf32"``)."""
     return isinstance(spec, TensorSpec) and spec.dtype is DType.FLOAT32
 
 
@@ -298,7 +298,7 @@ def mean_ttnn(call: SimCall) -> np.ndarray:
 
 
 def fp32_total(r: Reduction, num: Numerics) -> np.ndarray:
-    """The own kernels' sum: fp32 inputs accumulate on the SFPU in fp32 (unless ``fp32_reduce="tf32"``); others on
+    """The host's sum: fp32 inputs accumulate in fp32 (unless ``fp32_reduce="tf32"``); others on
     the FPU with a 1.0 scaler into an fp32 DST, over all dims in one program (no rounding between steps)."""
     x = r.x.astype(np.float32, copy=False)
     if r.fmt == "float32" and num.exact_sums:
@@ -424,7 +424,7 @@ def _prod_op(own: bool):
 
 
 def sfpu_tree_product(steps: np.ndarray) -> np.ndarray:
-    """The own kernel's float32 product of ``steps`` (K, ...): SFPU float32 multiplies (each rounded once), pairwise."""
+    """The host's float32 product of ``steps`` (K, ...): SFPU float32 multiplies (each rounded once), pairwise."""
     y = steps.astype(np.float32, copy=False)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         while y.shape[0] > 1:
@@ -478,7 +478,7 @@ _SQUARE_SAFE = 2.0**60  # a group whose largest |x| is beyond this is scaled fir
 
 
 def _var_op_host(kind: str):
-    """The own kernel: TT-NN's two fp32 passes, on the group scaled by a power of two when its largest magnitude
+    """The host: TT-NN's two fp32 passes, on the group scaled by a power of two when its largest magnitude
     would overflow the squares (:func:`pow2_exponent`), so var of [3e38, 3e38] is 0 and std of [1e20, 0] is finite;
     the results are scaled back exactly (a var beyond float32 is inf, as it must be)."""
 
@@ -612,7 +612,7 @@ def _pow_sfpu(a: np.ndarray, p: float) -> np.ndarray:
 
 @host("vector_norm", estimate=chain_cost(2))
 def vector_norm_host(call: SimCall) -> np.ndarray:
-    """The own kernel: float32 data as float32 SFPU ops (|x|, x * x or |x| ** p, each rounded once) summed with SFPU
+    """The host: float32 data as float32 ops (|x|, x * x or |x| ** p, each rounded once) summed with SFPU
     float32 adds, then the root (p = +-inf: the largest / smallest |x| by SFPU compares, exact); for p > 0 (not 1) a
     group whose largest |x| is beyond 2^(60/p) or below 2^(-60/p) is first scaled by a power of two
     (:func:`pow2_exponent`), so the norm of [3e38] is 3e38 and of [1e-30] is 1e-30. Other formats, and
@@ -923,9 +923,9 @@ def vector_norm_ttnn(ttnn_: Any, inputs: list, attrs: dict, num: Numerics, out_s
 def _ttnn_reduce_supports(op: str):
     """``supports`` of TT-NN's reductions: :func:`float32_exact`; integer data the op sums as float32 (``dtype=
     float32``, or an op whose integer input gives a float32 result), since the float32 cast reads as TF32 on the FPU
-    too; and what the ``@ttnn`` functions above refuse (prod of integers, a float32 var / std with a 16-bit DST, a
-    non-bfloat16 norm of negative order)."""
-    float_out = op in ("logsumexp", "vector_norm")
+    too; and a prod of integers, which the ``@ttnn`` function refuses (var / std and vector norms refuse every
+    call: :func:`unscaled_squares`)."""
+    float_out = op == "logsumexp"
 
     def supports(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> str | None:
         why = float32_exact(specs, attrs, num)
@@ -939,10 +939,6 @@ def _ttnn_reduce_supports(op: str):
                     "asks for float32 adds")  # fmt: skip
         if op == "prod" and not (to or x.dtype).is_float:
             return f"TT-NN's prod takes bfloat16 / float32 tensors, not {(to or x.dtype).value}"
-        if op in ("var", "std", "var_mean", "std_mean") and x.dtype is DType.FLOAT32 and num.fp32_acc is False:
-            return "TT-NN's var / std of float32 needs an fp32 DST"
-        if op == "vector_norm" and x.dtype is not DType.BFLOAT16 and float(attrs["p"]) < 0:
-            return f"TT-NN has no {x.dtype.value} norm of negative order p={attrs['p']}"
         return None
 
     return supports
@@ -953,3 +949,16 @@ for _op in ("sum", "mean", "prod", "logsumexp"):
     declare((_op,), _ttnn_reduce_supports(_op))
 # TT-NN's variance and norm kernels square unscaled values: wrong (not just imprecise) for large groups, so the host
 declare(("var", "std", "var_mean", "std_mean", "vector_norm"), unscaled_squares)
+
+
+def _arg_supports(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> str | None:
+    x = specs[0]
+    if isinstance(x, TensorSpec) and not x.dtype.is_float:
+        return f"TT-NN's argmax takes bfloat16 / float32 tensors, not {x.dtype.value}"
+    return None
+
+
+# integer arguments (TT-NN's argmax takes floats, and float32 holds no int32 exactly above 2^24): the host
+declare(("argmax", "argmin"), _arg_supports)
+for _name, _largest in (("argmax", True), ("argmin", False)):
+    host(_name, estimate=reduce_cost)(_arg_op(_largest))

@@ -161,11 +161,17 @@ def host_runs(reset: bool = False) -> dict[str, int]:
 
 
 def lookup(op: str, backend: str, provider: str | None = None) -> Impl | None:
-    """The implementation to run ``op`` with on ``backend``: the :func:`choose`-n provider's, or exactly
+    """The implementation to run ``op`` with on ``backend``: the :func:`choose`-n provider's (where ``backend`` lacks
+    it, its own first in :func:`order`: the parity test keeps the built-in ops off that path), or exactly
     ``provider``'s when given."""
     _load()
-    p = provider or choose(op, backend)
-    return None if p is None else IMPLS.get((op, backend, p))
+    if provider is not None:
+        return IMPLS.get((op, backend, provider))
+    p = choose(op, backend)
+    impl = None if p is None else IMPLS.get((op, backend, p))
+    if impl is None:  # a backend without the card's choice (a plugin's sim-only op): its own first, in order
+        impl = next((IMPLS[k] for k in ((op, backend, q) for q in order()) if k in IMPLS), None)
+    return impl
 
 
 def fallback(impl: Impl, specs: list[Spec], attrs: dict[str, Any], num: Numerics = UNSET) -> Impl:

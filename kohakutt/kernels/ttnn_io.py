@@ -33,7 +33,7 @@ from kohakutt.ir.ops import ShapeError, Spec, TensorSpec
 TTNN_NAMES: tuple[str, ...] = (
     "to_layout", "typecast", "TILE_LAYOUT", "ROW_MAJOR_LAYOUT", "float32", "bfloat16", "bfloat8_b", "bfloat4_b",
     "int32", "uint32", "uint16", "uint8", "Tensor.shape", "Tensor.dtype", "Tensor.layout", "to_torch", "from_torch",
-    "Tensor.device",
+    "Tensor.device", "GetDefaultDevice",
 )  # fmt: skip
 
 # The TT-NN dtype each IR dtype is stored in on the card.
@@ -95,8 +95,9 @@ def _host_value(tt: Any, x: Any, spec: Spec) -> Any:
 
     if not isinstance(spec, TensorSpec):
         return x
-    if x is None:
-        return np.zeros(spec.shape, np.float32 if spec.dtype.is_float else np.int64)
+    if x is None:  # an empty operand (the card keeps no tensor for it)
+        dt = np.float32 if spec.dtype.is_float else np.bool_ if spec.dtype is DType.BOOL else _HOST.get(spec.dtype)
+        return np.zeros(spec.shape, dt or np.int64)
     v = tt.to_torch(x)
     if spec.dtype is DType.FLOAT16:
         return v.numpy().astype(np.uint16).view(np.float16).astype(np.float32)
@@ -137,10 +138,16 @@ def host_on_card(fn: Any, op: str) -> Any:
     def on_card(tt: Any, inputs: Sequence[Any], in_specs: Sequence[Spec], attrs: dict[str, Any],
                 numerics: Numerics, out_specs: Sequence[TensorSpec]) -> Any:  # fmt: skip
         from kohakutt.kernels.registry import SimCall
+        from kohakutt.kernels.runner import _as_float32
 
         device = next((x.device() for x in inputs if is_tensor(x)), None)
+        if device is None:  # every operand empty or a number: the results go to the open device
+            device = tt.GetDefaultDevice()
         values = [_host_value(tt, x, s) for x, s in zip(inputs, in_specs)]
-        res = fn(SimCall(op, values, list(in_specs), dict(attrs), numerics, list(out_specs)))
+        # a float16 op computes in float32 between exact conversions, as on the simulator (kernels.runner)
+        half = any(isinstance(s, TensorSpec) and s.dtype is DType.FLOAT16 for s in (*in_specs, *out_specs))
+        ins, outs_f = (_as_float32(in_specs), _as_float32(out_specs)) if half else (list(in_specs), list(out_specs))
+        res = fn(SimCall(op, values, ins, dict(attrs), numerics, outs_f))
         outs = list(res) if isinstance(res, list | tuple) else [res]
         made = [_to_card(tt, v, s, device) for v, s in zip(outs, out_specs)]
         return made if len(out_specs) > 1 else made[0]

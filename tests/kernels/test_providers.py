@@ -146,6 +146,9 @@ class _TT:
     def to_torch(self, x: _Tensor) -> torch.Tensor:
         return x.t
 
+    def GetDefaultDevice(self) -> str:
+        return "the open device"
+
 
 def test_a_host_op_on_a_card_reads_and_writes_the_stored_values():
     tt, card = _TT(), object()
@@ -178,3 +181,19 @@ def test_a_host_op_on_a_card_reads_and_writes_the_stored_values():
                             {"dims": [0]}, UNSET, [TensorSpec((2,), DType.INT64)])  # fmt: skip
     w = out.t.numpy().astype(np.int64)
     assert ((w[..., 0] & 0xFFFFFFFF) | (w[..., 1] << 32)).tolist() == [2**40 + 5, -3]
+
+
+def test_a_host_op_on_a_card_takes_float16_as_the_simulator_does_and_empty_operands():
+    """float16 computes in float32 between exact conversions (as kernels.runner does on the simulator); an operand the
+    card keeps no tensor for (empty) reads as zeros of its dtype, and the results go to the open device."""
+    tt, card = _TT(), object()
+    impl = registry.lookup("sum", "ttnn", "host")
+    halves = np.array([2048.0, 1.0009765625], np.float16)
+    x = tt.from_torch(torch.from_numpy(halves.view(np.uint16).astype(np.int32)), "uint16", "row_major", card)
+    out = ttnn_io.card_call(impl, tt, [x], [TensorSpec((2,), DType.FLOAT16)], {"dims": None, "keepdim": False,
+                            "dtype": None}, UNSET, [TensorSpec((), DType.FLOAT16)])  # fmt: skip
+    got = np.array(out.t.numpy().astype(np.uint16)).view(np.float16)
+    assert got == np.float16(2050.0) == np.float16(float(halves.astype(np.float64).sum()))
+    out = ttnn_io.card_call(impl, tt, [None], [TensorSpec((3, 0), DType.FLOAT32)], {"dims": [1], "keepdim": False,
+                            "dtype": None}, UNSET, [TensorSpec((3,), DType.FLOAT32)])  # fmt: skip
+    assert out.t.tolist() == [0.0, 0.0, 0.0] and out.device() == "the open device"

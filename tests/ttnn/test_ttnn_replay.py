@@ -118,6 +118,7 @@ UNREACHED = {
     "ttnn only, and its fake TT-NN has no to_torch / from_torch (tests/kernels/test_providers.py checks it against "
     "a stand-in)",
     ("kohakutt/kernels/ttnn_io.py", "_to_card"): "as _host_value",
+    ("kohakutt/kernels/ttnn_io.py", "on_card"): "as _host_value",
 }  # fmt: skip
 
 

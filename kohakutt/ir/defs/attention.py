@@ -192,9 +192,9 @@ define("sdpa_backward", FAMILY, ["grad_out", "q", "k", "v", "out", "logsumexp", 
        doc="(dq, dk, dv) of scaled_dot_product_attention given grad_out, the inputs, the forward's out and "
            "logsumexp: P = exp(S - lse), dv = P^T dO, dS = P * (dO v^T - rowsum(dO * out)), dq = dS k * scale, "
            "dk = dS^T q * scale; dk and dv summed over each GQA group. TT-NN 0.81 has no SDPA backward, so provider "
-           "ttnn composes it from ttnn.matmul (HiFi2, 16-bit DST for bf16), ttnn.multiply / subtract / exp / sum, "
-           "every intermediate stored bf16. provider ktt (flash-attention-2 style): scores, P, dP and dS in fp32, P "
-           "and dS rounded to bf16 as matmul operands, HiFi4 matmuls into fp32 DST.")  # fmt: skip
+           "ttnn composes it from ttnn.matmul (HiFi4 and an fp32 DST by default), ttnn.multiply / subtract / exp / "
+           "sum, every intermediate stored bf16. provider host (flash-attention-2 style): scores, P, dP and dS in "
+           "fp32, P and dS rounded to bf16 as matmul operands, HiFi4 matmuls into fp32 DST.")  # fmt: skip
 define("sdpa_varlen", FAMILY, ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k"], _varlen, attrs=dict(_VARLEN_ATTRS),
        numerics=ATTENTION_MATH, outputs=2,
        doc="flash-attn's varlen attention over packed sequences: q (total_q, Hq, D), k / v (total_k, Hkv, D/Dv), "

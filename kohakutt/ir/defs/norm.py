@@ -15,7 +15,8 @@ older releases used approx on, 16-bit DST); rms_norm HiFi4, approx on, 16-bit DS
 ``ttnn.moreh_group_norm``, which takes (N, C, *) and returns the statistics) and the moreh backward ops HiFi4, approx
 on, 16-bit DST, intermediates in the input's format; batch_norm HiFi4, exact SFPU, fp32 DST iff the input is
 float32 (``batch_norm_utils.cpp``). The family default therefore leaves ``fp32_acc`` and ``approx`` unset: unset
-means the provider's default for that op; provider ktt always accumulates in fp32.
+means the provider's default for that op; provider ktt (the layer / RMS norm program) and provider host always
+accumulate in fp32.
 """
 
 from __future__ import annotations
@@ -240,14 +241,14 @@ define("layer_norm_backward", FAMILY, ["grad", "x", "mean", "rstd", "*params"],
            "xhat * mean(g * xhat)), grad_weight = sum(grad * xhat), grad_bias = sum(grad) over the leading dims. "
            "provider ttnn models ttnn.moreh_layer_norm_backward (HiFi4, 16-bit DST by default): products on "
            "the FPU, row and column sums by the reduce LLK, intermediates in the intermediate format. provider "
-           "ktt: the same formula with fp32 sums.")  # fmt: skip
+           "host: the same formula with fp32 sums.")  # fmt: skip
 define("rms_norm_backward", FAMILY, ["grad", "x", "rstd", "*params"], _rowwise_backward("rms_norm_backward", ("rstd",)),
        attrs={"normalized_shape": None, "params": None, "output_mask": (True, True, True)}, numerics=NORM_MATH,
        outputs=3,
        doc="(grad_x, grad_weight, grad_bias) of rms_norm from the forward's rstd: xhat = x * rstd, g = grad * "
            "weight, grad_x = rstd * (g - xhat * mean(g * xhat)), grad_weight = sum(grad * xhat), grad_bias = "
            "sum(grad). provider ttnn (no TT-NN kernel: composed of ttnn.multiply / ttnn.mean / ttnn.sum on a card) "
-           "stores every step in the intermediate format; provider ktt sums in fp32.")  # fmt: skip
+           "stores every step in the intermediate format; provider host sums in fp32.")  # fmt: skip
 define("group_norm", FAMILY, ["x", "*params"], _group,
        attrs={"num_groups": 1, "eps": 1e-5, "params": None}, numerics=NORM_MATH, outputs=3,
        doc="(y, mean, rstd) of PyTorch's native_group_norm: x (N, C, *) normalized over each group of C / "
@@ -256,12 +257,12 @@ define("group_norm", FAMILY, ["x", "*params"], _group,
            "DST, intermediates in the input's format): the group's tiles added one by one, then E[x] by the reduce "
            "LLK with a (for bf16, truncated) scaler 1/sqrt(n) applied twice, x - E[x] and its square, the variance "
            "likewise, rsqrt, the affine on the FPU. "
-           "provider ktt: fp32 statistics (two-pass), one rounding.")  # fmt: skip
+           "provider host: fp32 statistics (two-pass), one rounding.")  # fmt: skip
 define("group_norm_backward", FAMILY, ["grad", "x", "mean", "rstd", "*params"], _group_backward,
        attrs={"num_groups": 1, "params": None, "output_mask": (True, True, True)}, numerics=NORM_MATH, outputs=3,
        doc="(grad_x, grad_weight, grad_bias) of group_norm (PyTorch's native_group_norm_backward) from the "
            "forward's mean and rstd (N, G); the only parameter operand is the weight. provider ttnn models "
-           "ttnn.moreh_group_norm_backward (intermediates in the intermediate format); provider ktt: fp32 "
+           "ttnn.moreh_group_norm_backward (intermediates in the intermediate format); provider host: fp32 "
            "sums.")  # fmt: skip
 define("batch_norm", FAMILY, ["x", "*params"], _batch,
        attrs={"training": True, "momentum": 0.1, "eps": 1e-5, "params": None}, numerics=NORM_MATH, outputs=5,
@@ -273,7 +274,7 @@ define("batch_norm", FAMILY, ["x", "*params"], _batch,
            "returns empty statistics. provider ttnn models ttnn.batch_norm (HiFi4, exact SFPU, fp32 DST iff float32 "
            "input): batch mean by ttnn.mean over H, W then N, var = mean(x^2) - mean^2, each step stored in the "
            "input dtype, and TT-NN's running update with the biased batch var (its running_statistics kernel has "
-           "no n/(n-1) correction). provider ktt: two-pass fp32 statistics, PyTorch's running update.")  # fmt: skip
+           "no n/(n-1) correction). provider host: two-pass fp32 statistics, PyTorch's running update.")  # fmt: skip
 define("batch_norm_backward", FAMILY, ["grad", "x", "mean", "invstd", "*params"], _batch_backward,
        attrs={"training": True, "eps": 1e-5, "params": None, "output_mask": (True, True, True)},
        numerics=NORM_MATH, outputs=3,
@@ -282,4 +283,4 @@ define("batch_norm_backward", FAMILY, ["grad", "x", "mean", "invstd", "*params"]
            "xhat * mean(grad * xhat)); evaluation (training=False): pass running_mean and running_var as mean and "
            "invstd (invstd = 1/sqrt(running_var + eps) is formed here) and grad_x = grad * w * invstd. provider "
            "ttnn (composed of TT-NN element-wise ops and ttnn.sum on a card) stores every step in the "
-           "intermediate format; provider ktt sums in fp32.")  # fmt: skip
+           "intermediate format; provider host sums in fp32.")  # fmt: skip

@@ -23,9 +23,10 @@ Numerics: TT-NN's reduce programs run at HiFi4 with fp32 DST accumulation and ex
 is given (tt-metal ``reduce_op.cpp``: ``init_device_compute_kernel_config(arch, nullopt, HiFi4, false, true)``);
 that is this family's default. The reduce LLK multiplies the data (SrcA) by a scaler tile (SrcB) under the fidelity
 and sums each tile into DST (FP32, or BF16 rounded after every tile when ``fp32_acc=False``). The sim models the
-details per op (see ``kohakutt/kernels/reduce.py``). That FPU reduce reads float32 data as TF32, so Kohaku-TT's own
-kernels (sum, mean, prod, vector_norm, logsumexp) add float32 data with float32 SFPU adds (multiplies for prod)
-unless the numerics say ``fp32_reduce="tf32"``: float32 reductions are float32-accurate by default.
+details per op (see ``kohakutt/kernels/reduce.py``). That FPU reduce reads float32 data as TF32, so float32 sum,
+mean, prod and logsumexp run on the host provider with float32 adds (multiplies for prod) unless the numerics say
+``fp32_reduce="tf32"`` (var / std and vector norms always do: TT-NN squares unscaled values): float32 reductions are
+float32-accurate by default.
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ _REDUCTIONS: dict[str, tuple[str, dict[str, Any], Numerics, str]] = {
              "The mean of x over `dims`; float inputs only (or `dtype` a float dtype to convert to). Empty: NaN. "
              "provider ttnn models TT-NN: the 1/N scaler sits in a bf16 scaler tile for non-fp32 inputs, TRUNCATED "
              "from fp32 (1/3 becomes 0.33203125, -0.39%), and over H and W together the tile gets sqrt(1/N), applied "
-             "twice; over several dims TT-NN reduces one dim at a time, storing bf16 between steps. provider ktt "
+             "twice; over several dims TT-NN reduces one dim at a time, storing bf16 between steps. provider host "
              "(Kohaku-TT's kernel): one fp32-accumulated sum over all dims, then an fp32 multiply by 1/N on the SFPU "
              "(fp32 inputs summed on the SFPU in fp32, no TF32 truncation). " + _SUM_NOTE),
     "prod": ("acc", {"dtype": None}, REDUCE_MATH,
@@ -245,7 +246,7 @@ _REDUCTIONS: dict[str, tuple[str, dict[str, Any], Numerics, str]] = {
                   "0 where it is +-inf, as PyTorch); empty: -inf; integer inputs give float32. provider ttnn: TT-NN "
                   "has no logsumexp, so this models the chain of TT-NN ops a frontend would issue (max, subtract, "
                   "exp, sum, log, add), each result stored in the output dtype (bf16 rounding between ops). provider "
-                  "ktt: one kernel keeping m, the exps and their sum in fp32 (exact SFPU exp), rounded once."),
+                  "host: m, the exps and their sum in fp32 (exact exp), rounded once."),
     "all": ("bool", {}, EXACT,
             "True where every element of x over `dims` is non-zero (NaN counts as non-zero); empty: True. Exact."),
     "any": ("bool", {}, EXACT,

@@ -55,20 +55,21 @@ def _backward(op: str):
 _TTNN_FWD = (
     "provider ttnn (TT-NN's kernels): over the last dim of a tensor of rank <= 4, ttnn.softmax's attention-optimized "
     "program -- the row padded with -inf to whole tiles, max on GMPOOL, x - max on the FPU, exp on the SFPU "
-    "(approximate by default: Schraudolph, up to ~3% per element), the exps stored in the intermediate format "
-    "(bf16 unless fp32 DST), their sum by the reduce LLK, 1/sum on the SFPU, the final multiply on the FPU at the "
-    "fidelity; numeric_stable=False skips the max. Other dims (and log_softmax always) run the moreh kernels: "
-    "always stable, exact exp, x - max stored in the intermediate format, the tile padding masked. "
+    "(exact by the family's default; approx=True: Schraudolph, up to ~3% per element), the exps stored in the "
+    "intermediate format (fp32 by the family's default, which asks for an fp32 DST; bf16 without one), their sum "
+    "by the reduce LLK, 1/sum on the SFPU, the final multiply on the FPU at the fidelity; numeric_stable=False "
+    "skips the max. Other dims (and log_softmax always) run the moreh kernels: always stable, exact exp, x - max "
+    "stored in the intermediate format, the tile padding masked. "
 )
 _KTT_FWD = (
-    "provider ktt (Kohaku-TT's kernel): max, exps, their sum and the normalization in fp32 on the SFPU, exact exp "
-    "unless a scope asks approx=True, rounded once to the output dtype."
+    "provider host (the host's computation): max, exps, their sum and the normalization in fp32, exact exp unless "
+    "a scope asks approx=True, rounded once to the output dtype."
 )
 
 define("softmax", FAMILY, ["x"], _forward("softmax"), attrs={"dim": -1, "numeric_stable": True},
        numerics=SOFTMAX_MATH,
        doc="exp(x - max) / sum(exp(x - max)) along `dim` (numeric_stable=False: exp(x) / sum(exp(x)), which "
-           "overflows for large x; provider ktt always subtracts the max). " + _TTNN_FWD + _KTT_FWD)  # fmt: skip
+           "overflows for large x; provider host always subtracts the max). " + _TTNN_FWD + _KTT_FWD)  # fmt: skip
 define("log_softmax", FAMILY, ["x"], _forward("log_softmax"), attrs={"dim": -1}, numerics=SOFTMAX_MATH,
        doc="(x - max) - log(sum(exp(x - max))) along `dim`. provider ttnn models ttnn.moreh_logsoftmax: x - max "
            "and the exps stored in the intermediate format, the sum by the reduce LLK, log on the SFPU, the final "
@@ -76,12 +77,12 @@ define("log_softmax", FAMILY, ["x"], _forward("log_softmax"), attrs={"dim": -1},
 define("softmax_backward", FAMILY, ["grad", "y"], _backward("softmax_backward"), attrs={"dim": -1},
        numerics=SOFTMAX_MATH,
        doc="The gradient of softmax given its output y: y * (grad - sum(grad * y)) along `dim` (PyTorch's "
-           "_softmax_backward_data). provider ttnn models ttnn.moreh_softmax_backward (default HiFi4, 16-bit DST "
-           "unless fp32): grad * y on the FPU stored in the intermediate format, summed by the reduce LLK, "
-           "grad - sum and the product with y on the FPU. provider ktt: the sum and the products in fp32.")  # fmt: skip
+           "_softmax_backward_data). provider ttnn models ttnn.moreh_softmax_backward (HiFi4 and an fp32 DST by "
+           "the family default): grad * y on the FPU stored in the intermediate format, summed by the reduce LLK, "
+           "grad - sum and the product with y on the FPU. provider host: the sum and the products in fp32.")
 define("log_softmax_backward", FAMILY, ["grad", "y"], _backward("log_softmax_backward"), attrs={"dim": -1},
        numerics=SOFTMAX_MATH,
        doc="The gradient of log_softmax given its output y: grad - exp(y) * sum(grad) along `dim` (PyTorch's "
            "_log_softmax_backward_data). provider ttnn models ttnn.moreh_logsoftmax_backward: sum(grad) by the "
            "reduce LLK, exp(y) on the SFPU (exact) stored in the intermediate format, the product and difference "
-           "on the FPU. provider ktt: all in fp32.")  # fmt: skip
+           "on the FPU. provider host: all in fp32.")  # fmt: skip
