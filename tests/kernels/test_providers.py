@@ -57,6 +57,16 @@ def test_the_simulator_chooses_what_the_card_would(custom, knobs):
     )
 
 
+def test_the_simulator_and_the_card_refuse_the_same_calls():
+    """Where both backends implement a provider, they declare the same supports, so a refused call passes on to the
+    same provider on both (fallback's order is the card's)."""
+    _ops()
+    differ = [(op, p) for (op, b, p), impl in registry.IMPLS.items()
+              if b == "sim" and (op, "ttnn", p) in registry.IMPLS
+              and registry.IMPLS[(op, "ttnn", p)].supports is not impl.supports]  # fmt: skip
+    assert not differ, f"supports differ between the simulator and the card: {differ}"
+
+
 def test_a_ktt_implementation_is_a_program():
     """Provider "ktt" only for Kohaku-TT's own programs: each names its program builder; on a card each launches
     through the program path."""
