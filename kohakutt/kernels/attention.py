@@ -649,8 +649,82 @@ def _ttnn_sdpa_supports(specs: list, attrs: dict, num: Numerics = _UNSET) -> str
     return None
 
 
+_FLASH_DTYPES = (DType.BFLOAT16, DType.BFLOAT8_B, DType.BFLOAT4_B)
+
+
+def _flash_supports(specs: list, attrs: dict, num: Numerics = _UNSET) -> str | None:
+    """What the flash-attention program takes on the program path (:class:`FlashLauncher`): bfloat16 or block-float
+    q / k / v, no dropout, no mask or a float32 additive (B or 1, Hq or 1, Sq, Skv) one, no empty dim."""
+    q, k, v = specs[:3]
+    if any(not isinstance(t, TensorSpec) or t.dtype not in _FLASH_DTYPES for t in (q, k, v)):
+        return "the flash-attention program takes bfloat16 or block-float q, k and v"
+    if attrs.get("dropout_p"):
+        return "the flash-attention program has no dropout"
+    if q.ndim != 4 or min(*q.shape, *k.shape, *v.shape) == 0:
+        return "the flash-attention program takes non-empty (B, H, S, D) q, k and v"
+    if len(specs) > 3:
+        m = specs[3]
+        b, hq, sq = q.shape[:3]
+        if (not isinstance(m, TensorSpec) or m.dtype is not DType.FLOAT32 or m.ndim != 4 or m.shape[0] not in (1, b)
+                or m.shape[1] not in (1, hq) or tuple(m.shape[2:]) != (sq, k.shape[2])):  # fmt: skip
+            return "the flash-attention program takes a float32 additive (B or 1, H or 1, Sq, Skv) mask"
+    return None
+
+
+class FlashLauncher:
+    """The flash-attention program on the program path (``kernels.run``'s ``launch``; on a card, ``generic_op``):
+    q, k, v [, mask] -> out and the program's logsumexp, one float32 row of 32 per Q tile, which a copy then brings
+    to the IR's (B, H, Sq)."""
+
+    def __init__(self) -> None:
+        from kohakutt.kernels.custom import ProgramOp
+
+        self.program_op = ProgramOp("ktt:scaled_dot_product_attention", self._builder)
+
+    @staticmethod
+    def _builder(sig: Any) -> Any:
+        from kohakutt.kernels.programs.attention import flash_attention_program
+
+        st = dict(sig.static)
+        t = {r.name: r for r in sig.tensors}
+        prog = flash_attention_program(
+            st["shapes"][0], st["shapes"][1], st["shapes"][2], scale=st["scale"], causal=st["causal"],
+            mask_shape=st["shapes"][3] if "mask" in t else None, fidelity=st["fidelity"],
+            dtypes=[t[n].dtype for n in ("q", "k", "v")], out_dtype=t["out"].dtype)  # fmt: skip
+        prog.tensors = sig.names
+        return prog
+
+    def __call__(self, inputs: list, outs: list, attrs: dict, num: Numerics, stream: Any = None) -> bool:
+        from kohakutt.ir.dtypes import DType as D
+        from kohakutt.kernels.runner import run
+        from kohakutt.kernels.tensor import DeviceTensor, empty, free
+
+        if not all(isinstance(x, DeviceTensor) for x in inputs):
+            return False
+        specs = [x.spec for x in inputs]
+        if _flash_supports(specs, attrs) is not None:
+            return False
+        q, k, v = specs[:3]
+        b, hq, sq, _ = q.shape
+        sqt = -(-sq // 32)
+        fid = Fidelity(default_fidelity(num, [q.dtype, k.dtype, v.dtype], Fidelity.HiFi4))
+        static = {"shapes": tuple(s.shape for s in specs), "scale": float(resolve_scale(attrs["scale"], q.shape[-1])),
+                  "causal": bool(attrs["is_causal"]), "fidelity": fid.name}  # fmt: skip
+        dev = inputs[0].buffer.device
+        lse_rows = empty(dev, TensorSpec((b * hq * sqt, 32), D.FLOAT32))
+        names = ("q", "k", "v", "mask")[: len(inputs)]
+        self.program_op.launch(dict(zip(names, inputs)), {"out": outs[0], "lse": lse_rows}, {}, static,
+                               layouts={"lse": "row_major"}, stream=stream)  # fmt: skip
+        rows = DeviceTensor(lse_rows.buffer, TensorSpec((b, hq, sq), D.FLOAT32), (hq * sqt * 32, sqt * 32, 1), 0)
+        run("copy", [rows], out=[outs[1]], stream=stream)
+        free(lse_rows)
+        return True
+
+
+FLASH = FlashLauncher()
 sim("scaled_dot_product_attention", estimate=attention_cost, supports=_ttnn_sdpa_supports)(_sdpa_ttnn)
-sim("scaled_dot_product_attention", provider="ktt", estimate=flash_cost, program=_program)(_sdpa_ktt)
+sim("scaled_dot_product_attention", provider="ktt", estimate=flash_cost, program=_program, launch=FLASH,
+    supports=_flash_supports)(_sdpa_ktt)  # fmt: skip
 # what TT-NN's SDPA refuses: the host computes it as the own flash-attention program does (its numerics)
 host("scaled_dot_product_attention", estimate=flash_cost)(_sdpa_ktt)
 host("sdpa_varlen", estimate=flash_cost)(_varlen_ktt)
@@ -737,6 +811,14 @@ def _tt_fill(tt: Any, like: Any, shape: tuple, value: float, dtype: Any) -> Any:
 def _tt_empty(tt: Any, like: Any, out_shape: tuple, lse_shape: tuple) -> list:
     """(zeros, -inf): attention with no key at all (TT-NN's SDPA needs at least one)."""
     return [_tt_fill(tt, like, out_shape, 0.0, like.dtype), _tt_fill(tt, like, lse_shape, -math.inf, tt.float32)]
+
+
+# on a card the flash-attention program runs through generic_op: the same launcher, over the card's buffers
+@ttnn("scaled_dot_product_attention", provider="ktt", program=_program, launch=FLASH, supports=_flash_supports)
+def _flash_on_card(*args: Any, **kw: Any) -> Any:
+    raise KohakuTTUnsupportedOperator("scaled_dot_product_attention: on a card the flash-attention program runs "
+                                      "through its launcher, for the operands it takes (the default passes others "
+                                      "to TT-NN's SDPA)")  # fmt: skip
 
 
 @ttnn("scaled_dot_product_attention", supports=_ttnn_sdpa_supports)

@@ -77,3 +77,36 @@ def test_the_ttnn_backend_chooses_the_same_program(op):
     sim, card = registry.lookup(op, "sim"), registry.lookup(op, "ttnn")
     assert sim.provider == card.provider == "ktt"
     assert sim.launch is card.launch is LAUNCH[op]
+
+
+@pytest.mark.parametrize("shapes, causal, mask", [
+    ([(1, 2, 40, 32), (1, 2, 40, 32), (1, 2, 40, 32)], False, False),
+    ([(2, 4, 64, 32), (2, 2, 96, 32), (2, 2, 96, 64)], True, False),  # GQA, Sq < Skv, Dv != D
+    ([(1, 2, 40, 32), (1, 2, 48, 32), (1, 2, 48, 32)], False, True),
+])  # fmt: skip
+def test_flash_attention_on_the_program_path(dev, knobs, shapes, causal, mask):
+    """scaled_dot_product_attention's own program is the ktt provider on both backends: on the program path it runs
+    the C++ program (with its logsumexp rows brought to (B, H, Sq)) and matches the default model as the program's
+    own tests bound it (most elements bit for bit, the rest within a rounding of the output)."""
+    from kohakutt.kernels.attention import FLASH
+
+    rng = np.random.default_rng(11)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    extra = []
+    if mask:
+        extra = [np.where(rng.random((1, 1, shapes[0][2], shapes[1][2])) < 0.2, -np.inf, 0).astype(np.float32)]
+    assert registry.lookup("scaled_dot_product_attention", "sim").launch is FLASH
+    assert registry.lookup("scaled_dot_product_attention", "ttnn").launch is FLASH
+
+    def go(mode):
+        knobs(KTT_SIM_OPS=mode)
+        ins = [kk.from_numpy(dev, a, "bfloat16") for a in arrays] + [kk.from_numpy(dev, m) for m in extra]
+        return [kk.to_numpy(o) for o in kk.run("scaled_dot_product_attention", ins, {"is_causal": causal})]
+
+    calls = FLASH.program_op.stats["calls"]
+    (m_out, m_lse), (p_out, p_lse) = go("model"), go("program")
+    assert FLASH.program_op.stats["calls"] == calls + 1
+    assert m_lse.shape == p_lse.shape == tuple(shapes[0][:3])
+    assert np.mean(m_out == p_out) >= 0.99
+    np.testing.assert_allclose(p_out, m_out, rtol=2.0**-7, atol=2.0**-8 * np.abs(arrays[2]).max())
+    np.testing.assert_allclose(p_lse, m_lse, rtol=2.0**-20, atol=2.0**-20)
