@@ -654,7 +654,8 @@ _FLASH_DTYPES = (DType.BFLOAT16, DType.BFLOAT8_B, DType.BFLOAT4_B)
 
 def _flash_supports(specs: list, attrs: dict, num: Numerics = _UNSET) -> str | None:
     """What the flash-attention program takes on the program path (:class:`FlashLauncher`): bfloat16 or block-float
-    q / k / v, no dropout, no mask or a float32 additive (B or 1, Hq or 1, Sq, Skv) one, no empty dim."""
+    q / k / v, no dropout, no empty dim, and no mask or one of shape (B or 1, Hq or 1, Sq, Skv) (fewer leading dims
+    count as 1): bool (True = attend) or an additive float32 / bfloat16 one, which the launcher makes float32."""
     q, k, v = specs[:3]
     if any(not isinstance(t, TensorSpec) or t.dtype not in _FLASH_DTYPES for t in (q, k, v)):
         return "the flash-attention program takes bfloat16 or block-float q, k and v"
@@ -665,9 +666,10 @@ def _flash_supports(specs: list, attrs: dict, num: Numerics = _UNSET) -> str | N
     if len(specs) > 3:
         m = specs[3]
         b, hq, sq = q.shape[:3]
-        if (not isinstance(m, TensorSpec) or m.dtype is not DType.FLOAT32 or m.ndim != 4 or m.shape[0] not in (1, b)
-                or m.shape[1] not in (1, hq) or tuple(m.shape[2:]) != (sq, k.shape[2])):  # fmt: skip
-            return "the flash-attention program takes a float32 additive (B or 1, H or 1, Sq, Skv) mask"
+        full = (1,) * (4 - m.ndim) + tuple(m.shape) if isinstance(m, TensorSpec) and m.ndim <= 4 else ()
+        if (not full or m.dtype not in (DType.FLOAT32, DType.BFLOAT16, DType.BOOL) or full[0] not in (1, b)
+                or full[1] not in (1, hq) or full[2:] != (sq, k.shape[2])):  # fmt: skip
+            return "the flash-attention program takes a bool or additive (B or 1, H or 1, Sq, Skv) mask"
     return None
 
 
@@ -697,7 +699,7 @@ class FlashLauncher:
     def __call__(self, inputs: list, outs: list, attrs: dict, num: Numerics, stream: Any = None) -> bool:
         from kohakutt.ir.dtypes import DType as D
         from kohakutt.kernels.runner import run
-        from kohakutt.kernels.tensor import DeviceTensor, empty, free
+        from kohakutt.kernels.tensor import DeviceTensor, empty
 
         if not all(isinstance(x, DeviceTensor) for x in inputs):
             return False
@@ -711,13 +713,28 @@ class FlashLauncher:
         static = {"shapes": tuple(s.shape for s in specs), "scale": float(resolve_scale(attrs["scale"], q.shape[-1])),
                   "causal": bool(attrs["is_causal"]), "fidelity": fid.name}  # fmt: skip
         dev = inputs[0].buffer.device
+        inputs, made = list(inputs), []
+        if len(inputs) > 3 and (specs[3].dtype is not D.FLOAT32 or specs[3].ndim != 4):  # the program's mask: float32
+            m = inputs[3]  # additive, 4-D, as additive_mask gives the model
+            if m.spec.dtype is D.BOOL:
+                (m,) = run("where", [m, 0.0, float("-inf")], stream=stream)
+            elif m.spec.dtype is not D.FLOAT32:
+                (m,) = run("typecast", [m], {"dtype": "float32"}, stream=stream)  # exact from bfloat16
+            made.append(m)
+            if m.spec.ndim != 4:
+                (m,) = run("reshape", [m], {"shape": (1,) * (4 - m.spec.ndim) + tuple(m.spec.shape)}, stream=stream)
+                made.append(m)
+            inputs[3] = m
+            specs = [x.spec for x in inputs]
+            static["shapes"] = tuple(sp.shape for sp in specs)
         lse_rows = empty(dev, TensorSpec((b * hq * sqt, 32), D.FLOAT32))
         names = ("q", "k", "v", "mask")[: len(inputs)]
         self.program_op.launch(dict(zip(names, inputs)), {"out": outs[0], "lse": lse_rows}, {}, static,
                                layouts={"lse": "row_major"}, stream=stream)  # fmt: skip
         rows = DeviceTensor(lse_rows.buffer, TensorSpec((b, hq, sq), D.FLOAT32), (hq * sqt * 32, sqt * 32, 1), 0)
         run("copy", [rows], out=[outs[1]], stream=stream)
-        free(lse_rows)
+        for t in (lse_rows, *made):
+            dev.free(t.buffer, stream)  # once the work queued on the launch's stream is done
         return True
 
 

@@ -82,7 +82,9 @@ def test_the_ttnn_backend_chooses_the_same_program(op):
 @pytest.mark.parametrize("shapes, causal, mask", [
     ([(1, 2, 40, 32), (1, 2, 40, 32), (1, 2, 40, 32)], False, False),
     ([(2, 4, 64, 32), (2, 2, 96, 32), (2, 2, 96, 64)], True, False),  # GQA, Sq < Skv, Dv != D
-    ([(1, 2, 40, 32), (1, 2, 48, 32), (1, 2, 48, 32)], False, True),
+    ([(1, 2, 40, 32), (1, 2, 48, 32), (1, 2, 48, 32)], False, "float32"),
+    ([(2, 2, 40, 32), (2, 2, 48, 32), (2, 2, 48, 32)], True, "bool"),  # 2-d, made additive and 4-d on the device
+    ([(2, 2, 40, 32), (2, 2, 48, 32), (2, 2, 48, 32)], False, "bfloat16"),
 ])  # fmt: skip
 def test_flash_attention_on_the_program_path(dev, knobs, shapes, causal, mask):
     """scaled_dot_product_attention's own program is the ktt provider on both backends: on the program path it runs
@@ -93,14 +95,19 @@ def test_flash_attention_on_the_program_path(dev, knobs, shapes, causal, mask):
     rng = np.random.default_rng(11)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     extra = []
-    if mask:
-        extra = [np.where(rng.random((1, 1, shapes[0][2], shapes[1][2])) < 0.2, -np.inf, 0).astype(np.float32)]
+    sq, skv = shapes[0][2], shapes[1][2]
+    if mask == "float32":
+        extra = [(np.where(rng.random((1, 1, sq, skv)) < 0.2, -np.inf, 0).astype(np.float32), "float32")]
+    elif mask == "bool":
+        extra = [(rng.random((sq, skv)) > 0.2, "bool")]
+    elif mask == "bfloat16":
+        extra = [((rng.standard_normal((2, 1, sq, skv)) * 2).astype(np.float32), "bfloat16")]
     assert registry.lookup("scaled_dot_product_attention", "sim").launch is FLASH
     assert registry.lookup("scaled_dot_product_attention", "ttnn").launch is FLASH
 
     def go(mode):
         knobs(KTT_SIM_OPS=mode)
-        ins = [kk.from_numpy(dev, a, "bfloat16") for a in arrays] + [kk.from_numpy(dev, m) for m in extra]
+        ins = [kk.from_numpy(dev, a, "bfloat16") for a in arrays] + [kk.from_numpy(dev, m, dt) for m, dt in extra]
         return [kk.to_numpy(o) for o in kk.run("scaled_dot_product_attention", ins, {"is_causal": causal})]
 
     calls = FLASH.program_op.stats["calls"]
