@@ -639,17 +639,17 @@ def _program(*args: Any, **kw: Any) -> Any:
     return flash_attention_program(*args, **kw)
 
 
+_FLASH_DTYPES = (DType.BFLOAT16, DType.BFLOAT8_B, DType.BFLOAT4_B)  # what TT-NN's SDPA and the own program take
+
+
 def _ttnn_sdpa_supports(specs: list, attrs: dict, num: Numerics = _UNSET) -> str | None:
     """What TT-NN's SDPA takes (``_tt_forward``): bfloat16 or block-float queries, one head dim for keys and values."""
     q, k, v = specs[:3]
-    if q.dtype not in (DType.BFLOAT16, DType.BFLOAT8_B, DType.BFLOAT4_B):
+    if q.dtype not in _FLASH_DTYPES:
         return f"TT-NN's SDPA takes bfloat16 or block floats, not {q.dtype.value}"
     if k.shape[-1] != v.shape[-1]:
         return f"TT-NN's SDPA takes one head dim for keys and values, got {k.shape[-1]} and {v.shape[-1]}"
     return None
-
-
-_FLASH_DTYPES = (DType.BFLOAT16, DType.BFLOAT8_B, DType.BFLOAT4_B)
 
 
 def _flash_supports(specs: list, attrs: dict, num: Numerics = _UNSET) -> str | None:

@@ -933,7 +933,7 @@ def _ttnn_reduce_supports(op: str):
         if why is not None or not isinstance(x, TensorSpec):
             return why
         to = attrs.get("dtype")
-        to = DType(getattr(to, "value", to)) if to is not None else None
+        to = DType.of(to) if to is not None else None
         if num.exact_sums and not x.dtype.is_float and (to is DType.FLOAT32 or (to is None and float_out)):
             return ("TT-NN's kernel sums the float32 cast of integer data as TF32 on the FPU; fp32_reduce='exact' "
                     "asks for float32 adds")  # fmt: skip

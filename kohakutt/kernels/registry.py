@@ -25,6 +25,7 @@ from kohakutt import config
 from kohakutt.errors import KohakuTTError
 from kohakutt.hal.card import CardSpec
 from kohakutt.ir import ops as irops
+from kohakutt.ir.dtypes import DType
 from kohakutt.ir.numerics import UNSET, Numerics
 from kohakutt.ir.ops import Infer, OpDef, Spec, TensorSpec
 
@@ -180,10 +181,10 @@ def fallback(impl: Impl, specs: list[Spec], attrs: dict[str, Any], num: Numerics
     raises its own typed error)."""
     if impl.why_not(specs, attrs, num) is None:
         return impl
-    on_card = any(k[0] == impl.op and k[1] == CARD for k in IMPLS)
+    on_card = providers(impl.op, CARD)
     for p in order():
         other = IMPLS.get((impl.op, impl.backend, p))
-        if other is None or other is impl or (on_card and (impl.op, CARD, p) not in IMPLS):
+        if other is None or other is impl or (on_card and p not in on_card):
             continue
         if other.why_not(specs, attrs, num) is None:
             return other
@@ -212,9 +213,10 @@ def unscaled_squares(specs: list[Spec], attrs: dict[str, Any], num: Numerics) ->
 def float32_exact(specs: list[Spec], attrs: dict[str, Any], num: Numerics) -> str | None:
     """``supports`` of a TT-NN kernel that sums on the FPU: float32 data under ``fp32_reduce="exact"`` (the default)
     asks for float32 adds, and the FPU reads float32 as TF32, so such a call runs on the next provider."""
-    wide = ("float32", "float16")  # float16 ops compute in float32 (kernels.runner)
-    if num.exact_sums and (any(isinstance(s, TensorSpec) and s.dtype.value in wide for s in specs)
-                           or str(getattr(attrs.get("dtype"), "value", attrs.get("dtype"))) in wide):  # fmt: skip
+    wide = (DType.FLOAT32, DType.FLOAT16)  # float16 ops compute in float32 (kernels.runner)
+    to = attrs.get("dtype")
+    if num.exact_sums and (any(isinstance(s, TensorSpec) and s.dtype in wide for s in specs)
+                           or (to is not None and DType.of(to) in wide)):  # fmt: skip
         return "TT-NN's kernel sums float32 data as TF32 on the FPU; fp32_reduce='exact' asks for float32 adds"
     return None
 

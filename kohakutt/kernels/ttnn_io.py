@@ -152,7 +152,6 @@ def host_on_card(fn: Any, op: str) -> Any:
         made = [_to_card(tt, v, s, device) for v, s in zip(outs, out_specs)]
         return made if len(out_specs) > 1 else made[0]
 
-    on_card.host = True  # type: ignore[attr-defined]  # card_call hands it the stored operands and their specs
     return on_card
 
 
@@ -163,7 +162,7 @@ def card_call(impl: Any, tt: Any, inputs: Sequence[Any], in_specs: Sequence[Spec
     specs."""
     if all(s.numel == 0 for s in out_specs):
         return None if len(out_specs) == 1 else [None] * len(out_specs)
-    if getattr(impl.fn, "host", False):  # provider "host": the values, read back; no TT-NN kernel constraints
+    if impl.provider == "host":  # the stored operands and their specs, read back: no TT-NN kernel constraints
         return impl.fn(tt, inputs, in_specs, dict(attrs), numerics, out_specs)
     if any(x is None or (is_tensor(x) and math.prod(tuple(x.shape)) == 0) for x in inputs):
         raise KohakuTTUnsupportedOperator(
